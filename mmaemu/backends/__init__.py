@@ -1,0 +1,52 @@
+"""Backends: interchangeable executors of the same exact model.
+
+Every backend returns exactly the reference model's bits. ``backend="auto"`` picks the fastest
+available backend for the operands' device; today that is always ``reference``.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Callable
+
+import torch
+
+from ..accumulation import AccumulationPlan
+from ..model import Preset
+from . import reference
+
+__all__ = ["Backend", "resolve_backend", "accumulator_function"]
+
+
+class Backend(enum.Enum):
+    """Backend names accepted by ``backend=``."""
+
+    AUTO = "auto"
+    REFERENCE = "reference"
+
+
+AccumulateFn = Callable[[torch.Tensor, torch.Tensor, Preset, AccumulationPlan], torch.Tensor]
+
+
+def resolve_backend(name: str | Backend, device: torch.device) -> Backend:
+    """The concrete backend for ``name`` on ``device``.
+
+    Raises:
+        ValueError: for an unknown name; the message lists the accepted ones.
+    """
+    if isinstance(name, str):
+        try:
+            name = Backend(name)
+        except ValueError:
+            accepted = ", ".join(repr(b.value) for b in Backend)
+            raise ValueError(f"backend={name!r} is not a backend; accepted: {accepted}") from None
+    if name is Backend.AUTO:
+        return Backend.REFERENCE
+    return name
+
+
+def accumulator_function(backend: Backend) -> AccumulateFn:
+    """The accumulate function of a concrete backend."""
+    if backend is Backend.REFERENCE:
+        return reference.accumulate
+    raise ValueError(f"not a concrete backend: {backend}")

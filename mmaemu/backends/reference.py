@@ -1,0 +1,99 @@
+"""The reference backend: the instruction model of :mod:`mmaemu.model`, vectorised with torch.
+
+Runs on whatever device the operands are on. All arithmetic is exact by construction (fp32 holds
+FP8 products and the truncated block terms exactly; fp64 holds the accumulator terms), so the
+result does not depend on the device. Memory is bounded by tiling the output: no ``[M, N, K]``
+tensor is formed; each step works on an ``[m_tile, n_tile, block]`` slab of at most
+:data:`TILE_ELEMENTS` elements.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..accumulation import AccumulationPlan, combine_parts
+from ..model import BlockOperands, Preset, chain
+
+__all__ = ["accumulate", "TILE_ELEMENTS", "NAME"]
+
+NAME = "reference"
+#: Upper bound on the elements of one [m_tile, n_tile, block] working slab.
+TILE_ELEMENTS = 1 << 20
+
+
+def _gather(ops: BlockOperands, ranges: tuple[tuple[int, int], ...]) -> BlockOperands:
+    """The operands of the given k ranges, concatenated along the last dimension."""
+    if len(ranges) == 1:
+        return ops.k_slice(*ranges[0])
+    pieces = [ops.k_slice(start, stop) for start, stop in ranges]
+    return BlockOperands(
+        value=torch.cat([p.value for p in pieces], -1),
+        exponent=torch.cat([p.exponent for p in pieces], -1),
+        negative=torch.cat([p.negative for p in pieces], -1),
+        is_inf=torch.cat([p.is_inf for p in pieces], -1),
+        is_zero=torch.cat([p.is_zero for p in pieces], -1),
+    )
+
+
+def _rows(ops: BlockOperands, start: int, stop: int, dim: int) -> BlockOperands:
+    """Rows ``start:stop`` of a [rows, K] operand, with a broadcast axis inserted at ``dim``."""
+
+    def take(t: torch.Tensor) -> torch.Tensor:
+        return t[start:stop].unsqueeze(dim)
+
+    return BlockOperands(take(ops.value), take(ops.exponent), take(ops.negative), take(ops.is_inf), take(ops.is_zero))
+
+
+def _tile_sizes(m: int, n: int, block: int) -> tuple[int, int]:
+    per_row = max(1, TILE_ELEMENTS // max(block, 1))
+    m_tile = max(1, min(m, per_row // max(1, min(n, 256))))
+    n_tile = max(1, min(n, per_row // m_tile))
+    return m_tile, n_tile
+
+
+def accumulate(a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: AccumulationPlan) -> torch.Tensor:
+    """fp32 accumulators ``[M, N]`` of FP8 ``a [M, K]`` and ``b [N, K]`` under ``plan``.
+
+    NaN codes are treated as zero here; the caller applies the NaN rule. Inf codes follow the
+    IEEE rules of :func:`mmaemu.model.block_fma`.
+    """
+    m, n = a.shape[0], b.shape[0]
+    a_ops, b_ops = BlockOperands.of(a), BlockOperands.of(b)
+    has_inf = bool(a_ops.is_inf.any() or b_ops.is_inf.any())
+    out = torch.empty((m, n), dtype=torch.float32, device=a.device)
+    m_tile, n_tile = _tile_sizes(m, n, preset.block_size)
+    # Gather each part's k sequence once (a copy of at most (M + N) * K operands in all).
+    part_ops = [
+        (_gather(a_ops, plan.part_sequence(p)), _gather(b_ops, plan.part_sequence(p))) if chains else None
+        for p, chains in enumerate(plan.parts)
+    ]
+    for m0 in range(0, m, m_tile):
+        m1 = min(m, m0 + m_tile)
+        for n0 in range(0, n, n_tile):
+            n1 = min(n, n0 + n_tile)
+            zero = torch.zeros((m1 - m0, n1 - n0), dtype=torch.float32, device=a.device)
+            partials = []
+            for chains, ops in zip(plan.parts, part_ops):
+                if ops is None:
+                    partials.append(zero)  # a part without k-tiles contributes +0
+                    continue
+                pa, pb = _rows(ops[0], m0, m1, 1), _rows(ops[1], n0, n1, 0)
+                if plan.fast:
+                    partials.append(chain(pa, pb, zero, preset, has_inf=has_inf))
+                    continue
+                total = zero
+                offset = 0
+                for ranges in chains:
+                    length = sum(stop - start for start, stop in ranges)
+                    result = chain(
+                        pa.k_slice(offset, offset + length),
+                        pb.k_slice(offset, offset + length),
+                        zero,
+                        preset,
+                        has_inf=has_inf,
+                    )
+                    total = total + result  # fp32, round to nearest even, in K order
+                    offset += length
+                partials.append(total)
+            out[m0:m1, n0:n1] = combine_parts(partials, plan.split.scheme) if partials else zero
+    return out

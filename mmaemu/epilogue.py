@@ -1,0 +1,95 @@
+"""The GEMM epilogue: scaling the fp32 accumulator and rounding it to the output type.
+
+What the reference GPUs compute (seeds 000 and 002; RTX 4060 recordings ``epilogue.*``):
+
+- ``alpha = fp32(scale_a * scale_b)``, rounded to nearest even;
+- ``y = fma(acc, alpha, +0)``: the exact product rounded once to fp32. An exactly-zero product
+  gives +0 (so ``-0 * alpha`` is +0), while a nonzero product that rounds to zero keeps its sign;
+- bf16 and fp16 outputs are rounded (to nearest even) from ``y``: the result is rounded twice;
+- FP8 outputs: ``z = fp32(y * scale_result)`` when ``scale_result`` is given (a separate fp32
+  multiply), then a saturating round-to-nearest-even conversion: magnitudes beyond the format's
+  largest finite value, infinities included, become +-448 (E4M3) or +-57344 (E5M2);
+- NaN results are written as the output type's canonical NaN (fp32 0x7FFFFFFF, bf16/fp16 0x7FFF,
+  FP8 0x7F).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .formats import OutFormat, bits_of, out_format_of
+
+__all__ = ["epilogue", "canonicalize_nan"]
+
+
+def canonicalize_nan(out: torch.Tensor, nan: torch.Tensor) -> torch.Tensor:
+    """Write the output type's canonical NaN wherever ``nan`` is true (in place; returns ``out``)."""
+    fmt = out_format_of(out.dtype)
+    if bool(nan.any()):
+        view = bits_of(out)
+        view[nan] = torch.tensor(fmt.canonical_nan, dtype=torch.int64).to(view.dtype)
+    return out
+
+
+def _scalar_fp32(x: torch.Tensor | float, name: str, device: torch.device) -> torch.Tensor:
+    t = torch.as_tensor(x)
+    if t.numel() != 1:
+        raise ValueError(f"{name} must have exactly one element (tensor-wise scaling), got shape {tuple(t.shape)}")
+    if t.dtype != torch.float32:
+        raise TypeError(f"{name} must be a float32 tensor, got {t.dtype}")
+    return t.reshape(()).to(device)
+
+
+def epilogue(
+    acc: torch.Tensor,
+    scale_a: torch.Tensor,
+    scale_b: torch.Tensor,
+    *,
+    out_dtype: torch.dtype,
+    scale_result: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Scale an fp32 accumulator and round it to ``out_dtype`` as the reference GPU's epilogue does.
+
+    ``epilogue(accumulate(a, b, ...), scale_a, scale_b, out_dtype=...)`` equals
+    ``scaled_mm(a, b.t(), scale_a, scale_b, out_dtype=...)`` wherever both apply.
+
+    Args:
+        acc: fp32 accumulator of any shape (for example from :func:`mmaemu.accumulate`).
+        scale_a: fp32 tensor with one element.
+        scale_b: fp32 tensor with one element.
+        out_dtype: ``torch.float32``, ``bfloat16``, ``float16``, ``float8_e4m3fn`` or ``float8_e5m2``.
+        scale_result: fp32 tensor with one element, applied for FP8 outputs only (ignored for the
+            others, as by cuBLASLt's D scale).
+
+    Returns:
+        A tensor of ``acc``'s shape and ``out_dtype`` on ``acc``'s device. NaN inputs (or
+        ``inf * 0``) give the canonical NaN of ``out_dtype``; -0 accumulators give +0.
+
+    Example:
+        >>> import torch, mmaemu
+        >>> acc = torch.tensor([-0.0, 1.0, 3.0])
+        >>> mmaemu.epilogue(acc, torch.tensor(1.0), torch.tensor(0.5), out_dtype=torch.bfloat16)
+        tensor([0.0000, 0.5000, 1.5000], dtype=torch.bfloat16)
+    """
+    fmt = out_format_of(out_dtype)
+    if acc.dtype != torch.float32:
+        raise TypeError(f"acc must be float32, got {acc.dtype}")
+    device = acc.device
+    sa = _scalar_fp32(scale_a, "scale_a", device).to(torch.float64)
+    sb = _scalar_fp32(scale_b, "scale_b", device).to(torch.float64)
+    alpha = (sa * sb).to(torch.float32)  # exact product, one rounding to fp32
+    # fma(acc, alpha, +0): the float64 product is exact (24 x 24 bits, no float64 underflow);
+    # adding +0.0 turns only an exactly-zero product into +0; then one rounding to fp32.
+    y = (acc.to(torch.float64) * alpha.to(torch.float64) + 0.0).to(torch.float32)
+    nan = torch.isnan(y)
+    fp8 = fmt.fp8
+    if fp8 is not None:
+        if scale_result is not None:
+            sr = _scalar_fp32(scale_result, "scale_result", device).to(torch.float64)
+            y = (y.to(torch.float64) * sr).to(torch.float32)
+            nan = torch.isnan(y)
+        limit = fp8.max_finite
+        out = torch.clamp(y, -limit, limit).to(fmt.dtype)  # saturate, then round to nearest even
+    else:
+        out = y.to(fmt.dtype)
+    return canonicalize_nan(out, nan)

@@ -1,0 +1,66 @@
+"""Every exception and warning mmaemu raises or emits, in one place.
+
+All exceptions derive from :class:`MmaemuError`; all warnings from :class:`MmaemuWarning`.
+A call that the reference platform itself rejects raises :class:`ReferenceRejectsError`,
+which also derives from :class:`RuntimeError` so that ``except RuntimeError`` code written
+around ``torch._scaled_mm`` keeps working.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "MmaemuError",
+    "SplitKUnknownError",
+    "UnsupportedFeatureError",
+    "ReferenceRejectsError",
+    "BackendUnavailableError",
+    "MmaemuWarning",
+    "BackendFallbackWarning",
+    "UnverifiedSplitWarning",
+    "UnvalidatedEnvelopeWarning",
+    "ExperimentalPresetWarning",
+]
+
+
+class MmaemuError(Exception):
+    """Base class of every error mmaemu raises on purpose."""
+
+
+class SplitKUnknownError(MmaemuError):
+    """No evidence decides whether (and how) the reference GPU splits K for this call.
+
+    Raised by ``splitk="auto"`` instead of guessing. Pass an explicit ``splitk`` only when
+    you know what the reference GPU did for this call.
+    """
+
+
+class UnsupportedFeatureError(MmaemuError):
+    """The reference platform runs this call, but mmaemu does not model it (it never approximates)."""
+
+
+class ReferenceRejectsError(MmaemuError, RuntimeError):
+    """torch or the reference platform's cuBLASLt rejects this call; the message is theirs."""
+
+
+class BackendUnavailableError(MmaemuError):
+    """The requested backend cannot run here (missing dependency, device, or failed self-test)."""
+
+
+class MmaemuWarning(UserWarning):
+    """Base class of every warning mmaemu emits."""
+
+
+class BackendFallbackWarning(MmaemuWarning):
+    """``backend="auto"`` could not use the preferred backend and fell back to another one."""
+
+
+class UnverifiedSplitWarning(MmaemuWarning):
+    """A split-K form that no hardware recording has reproduced (for example an empty part)."""
+
+
+class UnvalidatedEnvelopeWarning(MmaemuWarning):
+    """A split-K decision inferred from an envelope that failed or lacks a held-out test."""
+
+
+class ExperimentalPresetWarning(MmaemuWarning):
+    """An experimental preset or profile is in use: its arithmetic is not validated on GEMMs."""

@@ -1,0 +1,251 @@
+"""Bit-level facts about the number formats mmaemu reads and writes.
+
+FP8 inputs (``torch.float8_e4m3fn``, ``torch.float8_e5m2``) are decoded into sign, exponent
+(floored at the format's ``emin``, so subnormals keep ``emin``), integer significand and class
+(zero, finite, inf, NaN). Outputs (fp32, bf16, fp16, E4M3, E5M2) are described by
+:class:`OutFormat`, with the canonical NaN bit pattern an NVIDIA GPU writes for each.
+
+Every constant is an exact bit pattern or an exact power of two.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+import torch
+
+__all__ = [
+    "Fp8Format",
+    "OutFormat",
+    "DecodedFp8",
+    "decode_fp8",
+    "fp8_format_of",
+    "out_format_of",
+    "fp32_exponent",
+    "bits_of",
+    "from_bits",
+    "round_to_fp32",
+    "FP32_CANONICAL_NAN",
+    "EXPONENT_OF_ZERO",
+]
+
+#: fp32 canonical NaN written by NVIDIA GPUs (all mantissa bits set).
+FP32_CANONICAL_NAN = 0x7FFFFFFF
+
+#: Exponent given to zero (and non-finite) operands so that they never win a block maximum.
+#: Any real product exponent is >= -28 and any fp32 exponent >= -126; the sum of two
+#: sentinels still fits in int16.
+EXPONENT_OF_ZERO = -4096
+
+
+@dataclass(frozen=True)
+class _Fp8Spec:
+    dtype: torch.dtype
+    exponent_bits: int
+    mantissa_bits: int
+    bias: int
+    max_finite: float
+    has_inf: bool
+
+
+class Fp8Format(enum.Enum):
+    """The two FP8 input formats of ``torch._scaled_mm``.
+
+    E4M3 (``float8_e4m3fn``): bias 7, 3 fraction bits, no infinities, NaN codes 0x7F and 0xFF,
+    largest finite 448. E5M2 (``float8_e5m2``): bias 15, 2 fraction bits, IEEE-style
+    infinities (0x7C, 0xFC) and NaNs, largest finite 57344.
+    """
+
+    E4M3 = _Fp8Spec(torch.float8_e4m3fn, 4, 3, 7, 448.0, False)
+    E5M2 = _Fp8Spec(torch.float8_e5m2, 5, 2, 15, 57344.0, True)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The torch dtype of this format."""
+        return self.value.dtype
+
+    @property
+    def mantissa_bits(self) -> int:
+        """Number of stored fraction bits (3 or 2)."""
+        return self.value.mantissa_bits
+
+    @property
+    def bias(self) -> int:
+        """Exponent bias."""
+        return self.value.bias
+
+    @property
+    def emin(self) -> int:
+        """Smallest normal exponent; subnormals share it (E4M3: -6, E5M2: -14)."""
+        return 1 - self.value.bias
+
+    @property
+    def max_finite(self) -> float:
+        """Largest finite magnitude (E4M3: 448, E5M2: 57344)."""
+        return self.value.max_finite
+
+    @property
+    def short_name(self) -> str:
+        """``"e4m3"`` or ``"e5m2"``."""
+        return self.name.lower()
+
+
+_FP8_BY_DTYPE = {f.dtype: f for f in Fp8Format}
+
+
+def fp8_format_of(dtype: torch.dtype) -> Fp8Format:
+    """The :class:`Fp8Format` of a torch dtype.
+
+    Raises:
+        ValueError: if ``dtype`` is not ``float8_e4m3fn`` or ``float8_e5m2``.
+    """
+    try:
+        return _FP8_BY_DTYPE[dtype]
+    except KeyError:
+        raise ValueError(f"not an FP8 input dtype mmaemu models: {dtype}") from None
+
+
+@dataclass(frozen=True)
+class _OutSpec:
+    dtype: torch.dtype
+    bits: int
+    canonical_nan: int
+
+
+class OutFormat(enum.Enum):
+    """Output dtypes of an FP8 GEMM, with the canonical NaN each one gets on NVIDIA GPUs.
+
+    Canonical NaN bit patterns: fp32 0x7FFFFFFF, bf16 0x7FFF, fp16 0x7FFF, E4M3 0x7F,
+    E5M2 0x7F (the sign of an FP8 NaN is not established by hardware evidence).
+    """
+
+    FLOAT32 = _OutSpec(torch.float32, 32, 0x7FFFFFFF)
+    BFLOAT16 = _OutSpec(torch.bfloat16, 16, 0x7FFF)
+    FLOAT16 = _OutSpec(torch.float16, 16, 0x7FFF)
+    E4M3 = _OutSpec(torch.float8_e4m3fn, 8, 0x7F)
+    E5M2 = _OutSpec(torch.float8_e5m2, 8, 0x7F)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The torch dtype."""
+        return self.value.dtype
+
+    @property
+    def bits(self) -> int:
+        """Width in bits."""
+        return self.value.bits
+
+    @property
+    def canonical_nan(self) -> int:
+        """Bit pattern of the NaN an NVIDIA GPU writes."""
+        return self.value.canonical_nan
+
+    @property
+    def fp8(self) -> Fp8Format | None:
+        """The FP8 format for FP8 outputs, else None."""
+        return _FP8_BY_DTYPE.get(self.dtype)
+
+
+_OUT_BY_DTYPE = {f.dtype: f for f in OutFormat}
+_INT_VIEW = {8: torch.uint8, 16: torch.int16, 32: torch.int32}
+
+
+def out_format_of(dtype: torch.dtype) -> OutFormat:
+    """The :class:`OutFormat` of a torch dtype.
+
+    Raises:
+        ValueError: for a dtype that is not an FP8 GEMM output type.
+    """
+    try:
+        return _OUT_BY_DTYPE[dtype]
+    except KeyError:
+        raise ValueError(f"not an output dtype of an FP8 GEMM: {dtype}") from None
+
+
+def bits_of(x: torch.Tensor) -> torch.Tensor:
+    """Bit patterns of ``x`` as an integer tensor of the same width (no copy).
+
+    fp32 -> int32, bf16/fp16 -> int16, FP8 -> uint8. Use ``.to(torch.int64) & mask`` for
+    unsigned values of the 16- and 32-bit views.
+    """
+    width = x.element_size() * 8
+    return x.view(_INT_VIEW[width])
+
+
+def from_bits(bits: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Reinterpret an integer tensor of bit patterns as ``dtype`` (the inverse of :func:`bits_of`)."""
+    width = torch.empty((), dtype=dtype).element_size() * 8
+    return bits.to(_INT_VIEW[width]).view(dtype)
+
+
+def fp32_exponent(x: torch.Tensor) -> torch.Tensor:
+    """Unbiased exponent of fp32 values, floored at -126 (subnormals keep -126), as int32.
+
+    Zero, Inf and NaN inputs give meaningless values; callers mask them.
+    """
+    field = (bits_of(x.to(torch.float32)) >> 23) & 0xFF
+    return torch.clamp(field - 127, min=-126)
+
+
+def round_to_fp32(x: torch.Tensor) -> torch.Tensor:
+    """Round an exact float64 value to fp32, once, to nearest even (overflow gives +-Inf)."""
+    return x.to(torch.float32)
+
+
+@dataclass(frozen=True)
+class DecodedFp8:
+    """FP8 codes decoded for the integer tensor-core model.
+
+    Attributes:
+        value: the exact value as fp32, with non-finite codes replaced by 0.
+        exponent: ``e(x)`` (unbiased, floored at emin) as int16, or
+            :data:`EXPONENT_OF_ZERO` for zeros and non-finite codes.
+        significand: the integer significand (hidden bit included), so that
+            ``|value| = significand * 2**(exponent - mantissa_bits)``; 0 for zero/non-finite.
+        negative: sign bit set (also for -0 and negative NaN/Inf codes).
+        is_nan: NaN codes.
+        is_inf: infinite codes (E5M2 only).
+    """
+
+    value: torch.Tensor
+    exponent: torch.Tensor
+    significand: torch.Tensor
+    negative: torch.Tensor
+    is_nan: torch.Tensor
+    is_inf: torch.Tensor
+
+
+def decode_fp8(x: torch.Tensor) -> DecodedFp8:
+    """Decode an FP8 tensor (``float8_e4m3fn`` or ``float8_e5m2``) bit by bit.
+
+    Zeros (both signs) get exponent :data:`EXPONENT_OF_ZERO` and value +-0; NaN and Inf codes get
+    value 0 and are flagged in ``is_nan``/``is_inf`` (the callers apply the NaN and Inf rules).
+    """
+    fmt = fp8_format_of(x.dtype)
+    code = x.view(torch.uint8).to(torch.int32)
+    m_bits = fmt.mantissa_bits
+    field = (code >> m_bits) & ((1 << fmt.value.exponent_bits) - 1)
+    frac = code & ((1 << m_bits) - 1)
+    top = (1 << fmt.value.exponent_bits) - 1
+    if fmt is Fp8Format.E4M3:
+        is_nan = (field == top) & (frac == (1 << m_bits) - 1)
+        is_inf = torch.zeros_like(is_nan)
+    else:
+        is_nan = (field == top) & (frac != 0)
+        is_inf = (field == top) & (frac == 0)
+    finite = ~(is_nan | is_inf)
+    significand = torch.where(field != 0, frac + (1 << m_bits), frac)
+    significand = torch.where(finite, significand, torch.zeros_like(significand))
+    exponent = torch.clamp(field - fmt.bias, min=fmt.emin)
+    exponent = torch.where(significand != 0, exponent, torch.full_like(exponent, EXPONENT_OF_ZERO))
+    negative = (code >> 7) == 1
+    value = torch.where(finite, x.to(torch.float32), torch.zeros((), dtype=torch.float32))
+    return DecodedFp8(
+        value=value,
+        exponent=exponent.to(torch.int16),
+        significand=significand,
+        negative=negative,
+        is_nan=is_nan,
+        is_inf=is_inf,
+    )

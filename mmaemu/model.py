@@ -1,0 +1,430 @@
+"""The tensor-core instruction model: presets and the exact block fused multiply-add.
+
+A :class:`Preset` names the arithmetic of one tensor-core instruction: how many products one
+block adds (``block_size``), how many fraction bits survive the alignment (``frac_bits``), and
+whether the incoming accumulator takes part in the alignment. :func:`dot` chains blocks over
+the last dimension of FP8 operand vectors, exactly; it is the instruction-level API that the
+recorded hardware vectors test, and :func:`block_fma` is the one step every backend must match.
+
+One block, from the fp32 accumulator ``c`` (rules from the recorded tensor-core vectors):
+
+1. Products ``a_i * b_i`` are exact; their exponent is ``e(a_i) + e(b_i)`` with ``e`` the
+   unbiased exponent floored at the format's emin (the significand product, in [0, 4), is not
+   renormalised).
+2. Zero products are excluded. ``E`` is the largest product exponent and, when ``c != 0``, the
+   exponent of ``c`` (floored at -126).
+3. Every term, ``c`` included, is truncated toward zero (sign-magnitude) to a multiple of
+   ``2**(E - frac_bits)``; the truncated terms are added exactly.
+4. The sum is normalised and truncated toward zero to ``frac_bits`` fraction bits; an exact
+   zero is +0.
+
+Non-finite values follow IEEE: a NaN operand, ``inf * 0``, or infinities of both signs (from
+products or ``c``) give NaN (written as the canonical fp32 NaN 0x7FFFFFFF); otherwise an
+infinite product or ``c`` gives that infinity.
+"""
+
+from __future__ import annotations
+
+import enum
+import warnings
+from dataclasses import dataclass
+
+import torch
+
+from .errors import ExperimentalPresetWarning, UnsupportedFeatureError
+from .formats import EXPONENT_OF_ZERO, FP32_CANONICAL_NAN, decode_fp8, fp32_exponent, from_bits
+
+__all__ = [
+    "Maturity",
+    "CMode",
+    "Rounding",
+    "Preset",
+    "HOPPER",
+    "ADA",
+    "B200_MMA_SYNC",
+    "presets",
+    "get_preset",
+    "block_fma",
+    "dot",
+    "pow2",
+]
+
+
+class Maturity(enum.Enum):
+    """How far hardware recordings back a preset or profile."""
+
+    VALIDATED = "validated"
+    EXPERIMENTAL = "experimental"
+
+
+class CMode(enum.Enum):
+    """How the incoming accumulator ``c`` enters a block."""
+
+    #: c's exponent enters the block maximum and c is truncated with the products (hopper, ada).
+    ALIGNED = "aligned"
+    #: the products are summed from zero, then c is added by one fp32 round-to-nearest-even
+    #: addition (b200_mma_sync; the toolbox's B200 round-to-nearest model).
+    ROUNDED_ADD = "rounded-add"
+
+
+class Rounding(enum.Enum):
+    """How a block's exact sum is normalised to fp32."""
+
+    #: toward zero, to ``frac_bits`` fraction bits (hopper, ada).
+    TRUNCATE = "truncate"
+    #: to nearest even, to fp32's 23 fraction bits (b200_mma_sync).
+    NEAREST_EVEN = "nearest-even"
+
+
+@dataclass(frozen=True)
+class Preset:
+    """The arithmetic of one tensor-core block FMA.
+
+    Attributes:
+        name: registry name.
+        block_size: products added per block (B).
+        frac_bits: fraction bits kept relative to the block's largest exponent (F).
+        c_mode: how the accumulator enters a block (:class:`CMode`).
+        rounding: how the block sum is normalised (:class:`Rounding`).
+        maturity: validated on hardware GEMMs, or experimental (warns when used).
+        source: the evidence behind the numbers.
+
+    Example:
+        >>> from mmaemu.model import Preset
+        >>> Preset("wide", block_size=64, frac_bits=20)  # doctest: +ELLIPSIS
+        Preset(name='wide', block_size=64, frac_bits=20, ...)
+    """
+
+    name: str
+    block_size: int
+    frac_bits: int
+    c_mode: CMode = CMode.ALIGNED
+    rounding: Rounding = Rounding.TRUNCATE
+    maturity: Maturity = Maturity.EXPERIMENTAL
+    source: str = "user-defined"
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.block_size, int) and 1 <= self.block_size <= 1024):
+            raise ValueError(f"block_size must be an int in [1, 1024], got {self.block_size!r}")
+        if not (isinstance(self.frac_bits, int) and 1 <= self.frac_bits <= 40):
+            raise ValueError(f"frac_bits must be an int in [1, 40], got {self.frac_bits!r}")
+        if not isinstance(self.maturity, Maturity):
+            raise TypeError("maturity must be a Maturity")
+        if not isinstance(self.c_mode, CMode) or not isinstance(self.rounding, Rounding):
+            raise TypeError("c_mode must be a CMode and rounding a Rounding")
+
+
+HOPPER = Preset(
+    "hopper",
+    block_size=32,
+    frac_bits=13,
+    maturity=Maturity.VALIDATED,
+    source="H100 wgmma vectors (hw-vectors/h100_e4m3.npz, 5,000 of 5,000); seeds 002 (H100 PCIe cuBLAS)",
+)
+ADA = Preset(
+    "ada",
+    block_size=16,
+    frac_bits=13,
+    maturity=Maturity.VALIDATED,
+    source="RTX 1000 Ada mma.sync vectors (hw-vectors/ada_e4m3.npz, 5,000 of 5,000); RTX 4060 recordings",
+)
+# [Note: b200_mma_sync] Fitted to the B200 mma.sync vectors (5,000 of 5,000), following the
+# structure of the MATLAB tensor-core toolbox's B200 round-to-nearest model: the products of a
+# 32-element instruction are aligned and truncated (25 fraction bits), their sum is rounded to
+# nearest even, and c is added last by an fp32 round-to-nearest-even addition. The vectors pin
+# down only the last step (682 of them are exact ties; truncation fits 3,151): their products
+# never span enough exponents for F or the block grouping to matter, so those are unverified.
+# The common B = 32, F = 25, c-aligned truncating model fits 3,207.
+B200_MMA_SYNC = Preset(
+    "b200_mma_sync",
+    block_size=32,
+    frac_bits=25,
+    c_mode=CMode.ROUNDED_ADD,
+    rounding=Rounding.NEAREST_EVEN,
+    maturity=Maturity.EXPERIMENTAL,
+    source="B200 mma.sync vectors (hw-vectors/b200_e4m3.npz, 5,000 of 5,000); MATLAB tensor-core "
+    "toolbox B200 model; not B200 cuBLAS, not sm_120",
+)
+
+_PRESETS = {p.name: p for p in (HOPPER, ADA, B200_MMA_SYNC)}
+_ALIASES = {"blackwell": "b200_mma_sync"}
+_NOT_MODELLED = {
+    "sm_120": "sm_120 (RTX 50-series, RTX PRO 6000 Blackwell) is not modelled: mmaemu ships no "
+    "preset for it, and b200_mma_sync is not such a model",
+    "rtx_blackwell": "sm_120 (RTX 50-series Blackwell) is not modelled: mmaemu ships no preset "
+    "for it, and b200_mma_sync is not such a model",
+}
+
+
+def presets() -> dict[str, Preset]:
+    """The shipped presets by name (aliases excluded)."""
+    return dict(_PRESETS)
+
+
+def get_preset(preset: str | Preset, *, warn: bool = True) -> Preset:
+    """Resolve a preset name (or pass a :class:`Preset` through).
+
+    Experimental presets, and the alias ``blackwell``, emit :class:`ExperimentalPresetWarning`
+    when ``warn`` is true.
+
+    Raises:
+        UnsupportedFeatureError: for ``sm_120`` and ``rtx_blackwell`` (not modelled).
+        KeyError: for an unknown name; the message lists the known ones.
+    """
+    if isinstance(preset, Preset):
+        if warn and preset.maturity is Maturity.EXPERIMENTAL and preset.name in _PRESETS:
+            _warn_experimental(preset.name)
+        return preset
+    if not isinstance(preset, str):
+        raise TypeError(f"preset must be a name or a Preset, got {type(preset).__name__}")
+    if preset in _NOT_MODELLED:
+        raise UnsupportedFeatureError(_NOT_MODELLED[preset])
+    if preset in _ALIASES:
+        target = _ALIASES[preset]
+        if warn:
+            warnings.warn(
+                f"preset {preset!r} is an alias of the experimental {target!r}: it fits the B200 "
+                "mma.sync vectors only, not B200 cuBLAS and not RTX 50-series GPUs",
+                ExperimentalPresetWarning,
+                stacklevel=3,
+            )
+        return _PRESETS[target]
+    try:
+        found = _PRESETS[preset]
+    except KeyError:
+        known = ", ".join(sorted([*_PRESETS, *_ALIASES]))
+        raise KeyError(f"unknown preset {preset!r}; known presets: {known}") from None
+    if warn and found.maturity is Maturity.EXPERIMENTAL:
+        _warn_experimental(found.name)
+    return found
+
+
+def _warn_experimental(name: str) -> None:
+    warnings.warn(
+        f"preset {name!r} is experimental: it is not validated on hardware GEMMs",
+        ExperimentalPresetWarning,
+        stacklevel=4,
+    )
+
+
+def pow2(exponent: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Exact ``2**exponent`` built from bit patterns (normal range of ``dtype`` only).
+
+    Args:
+        exponent: integer tensor; must lie in [-126, 127] for fp32, [-1022, 1023] for fp64.
+        dtype: ``torch.float32`` or ``torch.float64``.
+    """
+    e = exponent.to(torch.int64)
+    if dtype == torch.float32:
+        return ((e + 127) << 23).to(torch.int32).view(torch.float32)
+    if dtype == torch.float64:
+        return ((e + 1023) << 52).view(torch.float64)
+    raise ValueError(f"pow2 supports float32 and float64, not {dtype}")
+
+
+@dataclass(frozen=True)
+class BlockOperands:
+    """One side of a block: decoded FP8 operands, broadcastable to ``[*batch, B]``.
+
+    Attributes:
+        value: exact values as fp32, non-finite codes replaced by 0.
+        exponent: floored exponents (int16), zeros and non-finite codes at EXPONENT_OF_ZERO.
+        negative: sign bits.
+        is_inf: infinite codes.
+        is_zero: zero codes.
+    """
+
+    value: torch.Tensor
+    exponent: torch.Tensor
+    negative: torch.Tensor
+    is_inf: torch.Tensor
+    is_zero: torch.Tensor
+
+    @staticmethod
+    def of(x: torch.Tensor) -> BlockOperands:
+        """Decode an FP8 tensor."""
+        d = decode_fp8(x)
+        return BlockOperands(
+            value=d.value,
+            exponent=d.exponent,
+            negative=d.negative,
+            is_inf=d.is_inf,
+            is_zero=(d.significand == 0) & ~d.is_inf & ~d.is_nan,
+        )
+
+    def k_slice(self, start: int, stop: int) -> BlockOperands:
+        """Operands ``start:stop`` of the last dimension."""
+        return BlockOperands(
+            self.value[..., start:stop],
+            self.exponent[..., start:stop],
+            self.negative[..., start:stop],
+            self.is_inf[..., start:stop],
+            self.is_zero[..., start:stop],
+        )
+
+
+def _sum_dtype(preset: Preset) -> torch.dtype:
+    # Truncated product terms are integers below 2**(F + 2); B of them must add exactly.
+    bound_bits = preset.frac_bits + 2 + max(preset.block_size, 1).bit_length()
+    return torch.float32 if bound_bits <= 24 else torch.float64
+
+
+def block_fma(
+    c: torch.Tensor,
+    a: BlockOperands,
+    b: BlockOperands,
+    preset: Preset,
+    *,
+    has_inf: bool = True,
+) -> torch.Tensor:
+    """One tensor-core block: ``c`` plus the products of one block of ``a`` and ``b``.
+
+    ``a`` and ``b`` broadcast to ``[*c.shape, B']`` with ``B' <= preset.block_size`` (a shorter
+    block is the zero-padded one). NaN *codes* are not seen here: they are zero in
+    :class:`BlockOperands`, and callers apply the NaN rule (a NaN operand makes the result NaN).
+
+    Args:
+        c: fp32 accumulator (any finite or non-finite value).
+        a: left operands.
+        b: right operands.
+        preset: the arithmetic.
+        has_inf: False promises that no operand is infinite (skips the Inf bookkeeping).
+
+    Returns:
+        fp32 tensor of ``c``'s shape. Exact zero results are +0; NaN results are the canonical
+        fp32 NaN; a finite sum of magnitude 2**128 or more is +-Inf [open: never recorded].
+    """
+    frac = preset.frac_bits
+    aligned = preset.c_mode is CMode.ALIGNED
+    # Step 1-2: product exponents and the block maximum over nonzero products.
+    e = a.exponent + b.exponent  # zeros sit far below any real exponent
+    e_products = e.amax(-1).to(torch.int32)
+    c_nonzero = torch.isfinite(c) & (c != 0)
+    if aligned:
+        e_c = torch.where(c_nonzero, fp32_exponent(c), torch.full_like(e_products, EXPONENT_OF_ZERO))
+        e_max = torch.maximum(e_products, e_c)
+    else:
+        e_max = e_products
+    # Step 3: truncate every product term to a multiple of 2**(E - F). Products are exact in
+    # fp32 (at most 8 significant bits, |p| in [2**-32, 2**32)); scaling by a power of two is
+    # exact, and trunc() is truncation toward zero of the sign-magnitude value. Real product
+    # exponents are >= -28, so the clamp only touches blocks without nonzero products.
+    e_unit = torch.clamp(e_max, min=-60) - frac  # the block's grid is 2**e_unit
+    products = a.value * b.value
+    terms = torch.trunc(products * pow2(-e_unit, torch.float32).unsqueeze(-1))
+    total = terms.sum(-1, dtype=_sum_dtype(preset)).to(torch.float64)
+    if aligned:
+        # The accumulator term, in float64 (24 significant bits times a power of two: exact).
+        # Without products, E is c's exponent (>= -126), so e_unit is exact there too.
+        e_unit = torch.where(e_products > EXPONENT_OF_ZERO // 2, e_unit, torch.clamp(e_max, min=-126) - frac)
+        c_safe = torch.where(c_nonzero, c, torch.zeros_like(c)).to(torch.float64)
+        total = total + torch.trunc(c_safe * pow2(-e_unit, torch.float64))
+    # Step 4: normalise the exact sum total * 2**e_unit.
+    if preset.rounding is Rounding.TRUNCATE:
+        # Toward zero, to F fraction bits (F + 1 significant bits, at most fp32's 24).
+        mant, length = torch.frexp(total)
+        keep = min(frac, 23) + 1
+        kept = torch.trunc(mant * 2.0**keep)
+        exp_out = torch.clamp(length.to(torch.int32) - keep + e_unit, -1000, 1000)
+        result64 = kept * pow2(exp_out, torch.float64)
+        # Below 2**-126 the fp32 grid is 2**-149: truncate to it (a no-op for F <= 23) [open].
+        tiny = result64.abs() < 2.0**-126
+        if bool(tiny.any()):
+            result64 = torch.where(tiny, torch.trunc(result64 * 2.0**149) * 2.0**-149, result64)
+        result = result64.to(torch.float32)  # exact; 2**128 or more gives Inf [open]
+    else:
+        # To nearest even, once, to fp32 (float64 holds the exact sum).
+        result = (total * pow2(torch.clamp(e_unit, -1000, 1000), torch.float64)).to(torch.float32)
+    result = result + 0.0  # an exact zero is +0
+    if not aligned:
+        result = result + c  # fp32 addition, round to nearest even
+    return _apply_specials(result, c, a, b, has_inf)
+
+
+def _apply_specials(
+    result: torch.Tensor, c: torch.Tensor, a: BlockOperands, b: BlockOperands, has_inf: bool
+) -> torch.Tensor:
+    """IEEE rules for Inf and NaN coming from ``c`` or from infinite operands."""
+    pos_inf = c == float("inf")
+    neg_inf = c == float("-inf")
+    nan = torch.isnan(c)
+    if has_inf:
+        inf_product = a.is_inf | b.is_inf
+        zero_times_inf = (a.is_inf & b.is_zero) | (b.is_inf & a.is_zero)
+        negative = a.negative ^ b.negative
+        valid_inf = inf_product & ~zero_times_inf
+        pos_inf = pos_inf | (valid_inf & ~negative).any(-1)
+        neg_inf = neg_inf | (valid_inf & negative).any(-1)
+        nan = nan | zero_times_inf.any(-1)
+    nan = nan | (pos_inf & neg_inf)
+    if not bool((nan | pos_inf | neg_inf).any()):
+        return result
+    result = torch.where(pos_inf, float("inf"), result)
+    result = torch.where(neg_inf, float("-inf"), result)
+    canonical = from_bits(torch.tensor(FP32_CANONICAL_NAN, dtype=torch.int32), torch.float32)
+    return torch.where(nan, canonical.to(result.device), result)
+
+
+def chain(
+    a: BlockOperands,
+    b: BlockOperands,
+    c: torch.Tensor,
+    preset: Preset,
+    *,
+    has_inf: bool = True,
+) -> torch.Tensor:
+    """Blocks of ``preset.block_size`` over the whole last dimension, in order, from ``c``.
+
+    The last block is zero-padded (a shorter block). NaN codes are the caller's business.
+    """
+    k = max(a.value.shape[-1], b.value.shape[-1])
+    step = preset.block_size
+    for start in range(0, k, step):
+        c = block_fma(c, a.k_slice(start, start + step), b.k_slice(start, start + step), preset, has_inf=has_inf)
+    return c
+
+
+def dot(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    c: torch.Tensor | None = None,
+    *,
+    preset: str | Preset,
+) -> torch.Tensor:
+    """The chained block FMA of a tensor-core instruction, over the last dimension.
+
+    Args:
+        a: FP8 operands ``[..., K]`` (``float8_e4m3fn`` or ``float8_e5m2``).
+        b: FP8 operands ``[..., K]``, broadcastable with ``a``; any format pair is accepted.
+        c: fp32 accumulator, broadcastable to the batch shape; default +0.
+        preset: a shipped preset name (``"hopper"``, ``"ada"``, ``"b200_mma_sync"``) or a
+            custom :class:`Preset`.
+
+    Returns:
+        fp32 tensor of the batch shape. A NaN code anywhere in ``a[..., :]`` or ``b[..., :]``
+        gives the canonical NaN 0x7FFFFFFF; Inf inputs follow IEEE (``inf * 0`` and opposite
+        infinities give NaN); exact zero results are +0 (so ``c = -0`` with zero products
+        returns +0). K = 0 returns ``c`` unchanged.
+
+    Example:
+        >>> import torch, mmaemu
+        >>> a = torch.full((32,), 1.0).to(torch.float8_e4m3fn)
+        >>> b = torch.full((32,), 2.0**-12).to(torch.float8_e4m3fn)
+        >>> c = torch.tensor(1.0)
+        >>> mmaemu.model.dot(a, b, c, preset="hopper").item()  # each product truncates away
+        1.0
+    """
+    resolved = get_preset(preset)
+    a_ops, b_ops = BlockOperands.of(a), BlockOperands.of(b)
+    batch = torch.broadcast_shapes(a.shape[:-1], b.shape[:-1])
+    if c is None:
+        acc = torch.zeros(batch, dtype=torch.float32, device=a.device)
+    else:
+        acc = c.to(torch.float32).expand(batch).clone()
+    has_inf = bool(a_ops.is_inf.any() or b_ops.is_inf.any())
+    acc = chain(a_ops, b_ops, acc, resolved, has_inf=has_inf)
+    nan = decode_fp8(a).is_nan.any(-1) | decode_fp8(b).is_nan.any(-1)
+    if bool(nan.any()):
+        canonical = from_bits(torch.tensor(FP32_CANONICAL_NAN, dtype=torch.int32), torch.float32)
+        acc = torch.where(nan.expand(batch), canonical.to(acc.device), acc)
+    return acc

@@ -1,0 +1,35 @@
+"""Shared test configuration: where the hardware evidence lives, and the slow-test flag."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+#: ``../shared`` beside the repository (CI has it; a user's clone may not).
+SHARED = Path(os.environ.get("MMAEMU_SHARED", Path(__file__).resolve().parents[2] / "shared"))
+HW_VECTORS = SHARED / "hw-vectors"
+RECORDINGS = SHARED / "recordings"
+
+#: ``MMAEMU_FULL=1`` (or ``pytest --full``) runs the exhaustive tiers instead of CI samples.
+FULL = os.environ.get("MMAEMU_FULL") == "1"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--full", action="store_true", help="run exhaustive tests instead of samples")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    global FULL
+    if config.getoption("--full"):
+        os.environ["MMAEMU_FULL"] = "1"
+        FULL = True
+    config.addinivalue_line("markers", "slow: exhaustive test; CI runs a sample unless --full")
+
+
+def require(path: Path) -> Path:
+    """Skip the calling test when hardware evidence is absent."""
+    if not path.exists():
+        pytest.skip(f"hardware evidence not found at {path} (a clone without ../shared)")
+    return path
