@@ -33,3 +33,13 @@ def require(path: Path) -> Path:
     if not path.exists():
         pytest.skip(f"hardware evidence not found at {path} (a clone without ../shared)")
     return path
+
+
+#: Every exactness test runs on each backend listed here.
+BACKENDS = ["reference"]
+
+
+@pytest.fixture(params=BACKENDS, scope="session")
+def backend(request: pytest.FixtureRequest) -> str:
+    """The backend under test (all backends share one exactness suite)."""
+    return str(request.param)

@@ -501,23 +501,36 @@ def combine_serial(parts) -> int:
 
 
 def combine_pairwise(parts) -> int:
-    """Halving-stride tree (N2 RTX 4060 customOption 1).  NUMERICS states only S = 3:
-    (p2 + p0) + p1; for other S the tree below is [open] (the recordings decide it):
+    """RTX 4060 customOption 1 ('pairwise'): a serial fp32 RNE sum in a fixed order of the parts.
 
-        n = S; while n > 1: h = ceil(n/2); p[i] += p[i+h] for i < n-h; n = h
-
-    Kept separate so it can be swapped if the recordings disagree.
+    NUMERICS states only S = 3: (p2 + p0) + p1. For every S the RTX 4060 recordings fit this
+    order: lay the parts out in two rows, row 0 = 0 .. h-1 and row 1 = h .. S-1 (h = ceil(S/2));
+    walk the columns that have two entries, alternately the leftmost remaining one downwards
+    (top, bottom) and the rightmost remaining one upwards (bottom, top); then the unpaired
+    top-row part (odd S). S = 4: 0, 2, 3, 1.
     """
     p = list(parts)
     if not p:
         return 0x00000000
-    n = len(p)
-    while n > 1:
-        h = (n + 1) // 2
-        for i in range(n - h):
-            p[i] = fp32_add_bits(p[i], p[i + h])
-        n = h
-    return p[0]
+    S = len(p)
+    h = -(-S // 2)
+    columns = [(j, j + h) for j in range(S - h)]
+    order = []
+    left = True
+    while columns:
+        if left:
+            top, bottom = columns.pop(0)
+            order.extend([top, bottom])
+        else:
+            top, bottom = columns.pop()
+            order.extend([bottom, top])
+        left = not left
+    order.extend(j for j in range(h) if j not in order)
+    assert sorted(order) == list(range(S))
+    acc = p[order[0]]
+    for j in order[1:]:
+        acc = fp32_add_bits(acc, p[j])
+    return acc
 
 
 def _contiguous_parts(K: int, S: int):
@@ -544,7 +557,7 @@ def accumulate(a_codes, b_codes, fmt_a, fmt_b, block_size, frac_bits, fast: bool
     scheme 'none' (splits must be 1): fast = one chain from +0 over all K; slow = a new chain every
     128 elements, results added into an fp32 accumulator from +0 (RNE, in K order).
     'contiguous': H100 dealing, parts combined serially.  'serial': 64-wide round-robin dealing,
-    parts combined serially.  'pairwise': round-robin dealing, halving-stride tree.
+    parts combined serially.  'pairwise': round-robin dealing, combine_pairwise's order.
     """
     a_codes, b_codes = list(a_codes), list(b_codes)
     K = len(a_codes)

@@ -403,11 +403,11 @@ def test_combine_trees():
     assert sm.combine_pairwise([one, big, nbig]) == one       # (p0 + p2) + p1
     assert sm.combine_pairwise([big, one]) == big
     assert sm.combine_pairwise([one]) == one
-    # S = 4 halving strides: (p0 + p2) + (p1 + p3).  With 1, 1, 2^24, -2^24:
-    # (1 + 2^24) = 2^24 (tie to even), (1 - 2^24) exact, sum = 1.  Adjacent pairs
-    # (p0 + p1) + (p2 + p3) would give 2, serial ((1 + 1) + 2^24) - 2^24 gives 2.
-    assert sm.combine_pairwise([one, one, big, nbig]) == f32(1.0)
-    assert sm.combine_serial([one, one, big, nbig]) == f32(2.0)
+    # S = 4 pairwise order 0, 2, 3, 1 with p = 2^24, -2^24, 1, 1:
+    # ((2^24 + 1) + 1) - 2^24: each + 1 is a tie that rounds to even 2^24, so the sum is +0.
+    # A halving tree (p0 + p2) + (p1 + p3) = 2^24 + (1 - 2^24) would give 1; serial gives 2.
+    assert sm.combine_pairwise([big, nbig, one, one]) == 0x00000000
+    assert sm.combine_serial([big, nbig, one, one]) == f32(2.0)
 
 
 def test_contiguous_dealing():
