@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from . import model, testing
 from .accumulation import Scheme, SplitK
-from .call import accumulate, scaled_mm
+from .call import CallPlan, accumulate, explain, scaled_mm
 from .epilogue import epilogue
 from .errors import (
     BackendFallbackWarning,
@@ -31,6 +31,8 @@ __all__ = [
     "scaled_mm",
     "accumulate",
     "epilogue",
+    "explain",
+    "CallPlan",
     "model",
     "testing",
     "Preset",

@@ -1,34 +1,27 @@
-"""The public GEMM entry points: :func:`scaled_mm` and :func:`accumulate`.
+"""The public GEMM entry points: :func:`scaled_mm`, :func:`accumulate` and :func:`explain`.
 
-The contract (arguments, defaults, what raises) is torch 2.7.1's ``torch._scaled_mm``; the
-arithmetic is :mod:`mmaemu.model`, scheduled by :mod:`mmaemu.accumulation`, run by a backend,
-then :func:`mmaemu.epilogue.epilogue`.
+The contract (arguments, defaults, what raises) is torch 2.7.1's ``torch._scaled_mm``
+(:mod:`mmaemu.checks`); the arithmetic is :mod:`mmaemu.model`, scheduled by
+:mod:`mmaemu.accumulation`, run by a backend, then :func:`mmaemu.epilogue.epilogue`.
 """
 
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 
 import torch
 
 from .accumulation import SplitK, SplitKArg, plan_accumulation
-from .backends import accumulator_function, resolve_backend
+from .backends import Backend, accumulator_function, resolve_backend
+from .checks import CheckedCall, check_call
 from .epilogue import epilogue
-from .errors import ReferenceRejectsError, UnsupportedFeatureError, UnverifiedSplitWarning
-from .formats import FP32_CANONICAL_NAN, Fp8Format, OutFormat, decode_fp8, fp8_format_of, from_bits, out_format_of
+from .errors import MmaemuError, UnsupportedFeatureError, UnverifiedSplitWarning
+from .formats import FP32_CANONICAL_NAN, decode_fp8, fp8_format_of, from_bits
 from .model import CMode, Preset
 from .platform import Problem, Profile, SplitDecision, SplitSource, get_profile, resolve_splitk
 
-__all__ = ["scaled_mm", "accumulate", "decide_split"]
-
-
-def _fp8_operand(x: torch.Tensor, name: str) -> Fp8Format:
-    if not isinstance(x, torch.Tensor) or x.dim() != 2:
-        raise ValueError(f"{name} must be a 2-D FP8 tensor")
-    try:
-        return fp8_format_of(x.dtype)
-    except ValueError:
-        raise ValueError(f"{name} must be float8_e4m3fn or float8_e5m2, got {x.dtype}") from None
+__all__ = ["scaled_mm", "accumulate", "explain", "CallPlan", "decide_split"]
 
 
 def decide_split(profile: Profile, problem: Problem, splitk: SplitKArg | str) -> SplitDecision:
@@ -51,24 +44,10 @@ def decide_split(profile: Profile, problem: Problem, splitk: SplitKArg | str) ->
     )
 
 
-def _accumulate(
-    a: torch.Tensor, b: torch.Tensor, preset: Preset, fast: bool, split: SplitK, backend: str
-) -> torch.Tensor:
-    """Accumulators ``[M, N]`` with the NaN rule applied (shared by scaled_mm and accumulate)."""
-    if preset.c_mode is CMode.ROUNDED_ADD and (not fast or split.parts > 1):
-        raise UnsupportedFeatureError(
-            f"preset {preset.name!r}: slow accumulation and split-K are not characterised for it"
-        )
+def _run(a: torch.Tensor, b: torch.Tensor, preset: Preset, fast: bool, split: SplitK, backend: Backend) -> torch.Tensor:
+    """Accumulators ``[M, N]`` of ``a [M, K]`` and ``b [N, K]``, with the NaN rule applied."""
     plan = plan_accumulation(a.shape[1], fast=fast, split=split)
-    if plan.empty_parts:
-        warnings.warn(
-            f"split-K {split!r} over K = {plan.k}: parts {list(plan.empty_parts)} own no k-tile; they are "
-            "modelled as +0, which no hardware recording has shown",
-            UnverifiedSplitWarning,
-            stacklevel=3,
-        )
-    run = accumulator_function(resolve_backend(backend, a.device))
-    acc = run(a, b, preset, plan)
+    acc = accumulator_function(backend)(a, b, preset, plan)
     # NaN rule: a NaN code anywhere in row m of a or row n of b makes output (m, n) NaN.
     nan_rows = decode_fp8(a).is_nan.any(1)
     nan_cols = decode_fp8(b).is_nan.any(1)
@@ -76,6 +55,13 @@ def _accumulate(
         canonical = from_bits(torch.tensor(FP32_CANONICAL_NAN, dtype=torch.int32), torch.float32).to(acc.device)
         acc = torch.where(nan_rows[:, None] | nan_cols[None, :], canonical, acc)
     return acc
+
+
+def _check_preset_supports(preset: Preset, fast: bool, split: SplitK) -> None:
+    if preset.c_mode is CMode.ROUNDED_ADD and (not fast or split.parts > 1):
+        raise UnsupportedFeatureError(
+            f"preset {preset.name!r}: slow accumulation and split-K are not characterised for it"
+        )
 
 
 def accumulate(
@@ -109,15 +95,176 @@ def accumulate(
         tensor([[40., 40.],
                 [40., 40.]])
     """
-    fmt_a, fmt_b = _fp8_operand(a, "a"), _fp8_operand(b, "b")
-    del fmt_a, fmt_b
+    for name, t in (("a", a), ("b", b)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 2:
+            raise ValueError(f"{name} must be a 2-D FP8 tensor")
+        try:
+            fp8_format_of(t.dtype)
+        except ValueError:
+            raise ValueError(f"{name} must be float8_e4m3fn or float8_e5m2, got {t.dtype}") from None
     if a.shape[1] != b.shape[1]:
         raise ValueError(f"a [M, K] and b [N, K] must share K, got {tuple(a.shape)} and {tuple(b.shape)}")
     if a.device != b.device:
         raise ValueError(f"a and b must be on the same device, got {a.device} and {b.device}")
     prof = get_profile(profile)
     split = SplitK.parse(splitk)
-    return _accumulate(a, b, prof.preset, bool(use_fast_accum), split, backend)
+    _check_preset_supports(prof.preset, bool(use_fast_accum), split)
+    chosen = resolve_backend(backend, a.device)
+    plan = plan_accumulation(a.shape[1], fast=bool(use_fast_accum), split=split)
+    if plan.empty_parts:
+        warnings.warn(_empty_parts_message(split, plan.k, plan.empty_parts), UnverifiedSplitWarning, stacklevel=2)
+    return _run(a, b, prof.preset, bool(use_fast_accum), split, chosen)
+
+
+@dataclass(frozen=True)
+class CallPlan:
+    """What :func:`scaled_mm` would do with these arguments, decided without computing the GEMM.
+
+    Attributes:
+        validation: ``"ok"``, or ``(exception class name, message)`` of what ``scaled_mm`` would raise.
+        profile: the reference platform's name.
+        preset: the tensor-core preset's name.
+        preset_maturity: ``"validated"`` or ``"experimental"``.
+        split: the split-K decision, or None where undecided (a refused or empty call).
+        backend: the backend that would run, or None.
+        fallback: why ``backend="auto"`` did not take a faster backend, or None.
+        out_dtype: the output dtype's name.
+        shape: ``(M, N, K)``, or None when the arguments are not matrices.
+        use_fast_accum: the accumulation mode.
+        warnings: ``(warning class name, message)`` of every warning the call would emit.
+    """
+
+    validation: str | tuple[str, str]
+    profile: str
+    preset: str
+    preset_maturity: str
+    split: SplitDecision | None
+    backend: str | None
+    fallback: str | None
+    out_dtype: str | None
+    shape: tuple[int, int, int] | None
+    use_fast_accum: bool
+    warnings: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        """True when the call would run."""
+        return self.validation == "ok"
+
+
+def _prepare(
+    mat1: torch.Tensor,
+    mat2: torch.Tensor,
+    scale_a: torch.Tensor,
+    scale_b: torch.Tensor,
+    bias: torch.Tensor | None,
+    scale_result: torch.Tensor | None,
+    out_dtype: torch.dtype | None,
+    use_fast_accum: bool,
+    out: torch.Tensor | None,
+    profile: str | Profile | None,
+    splitk: SplitKArg | str,
+    backend: str,
+    *,
+    resize_out: bool,
+) -> tuple[Profile, CheckedCall, SplitDecision | None, Backend]:
+    """The checks and decisions shared by :func:`scaled_mm` and :func:`explain` (raises on refusal)."""
+    prof = get_profile(profile)
+    if not (isinstance(splitk, str) and splitk == "auto"):
+        SplitK.parse(splitk)  # type: ignore[arg-type]  # invalid values raise ValueError here
+    chosen = resolve_backend(backend, mat1.device if isinstance(mat1, torch.Tensor) else torch.device("cpu"))
+    checked = check_call(mat1, mat2, scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum,
+                         out if resize_out else (None if out is None else out.detach().clone()))
+    if checked.empty:
+        return prof, checked, None, chosen
+    assert checked.out is not None
+    problem = Problem(checked.m, checked.n, checked.k, checked.fmt_a, checked.fmt_b, checked.out, checked.fast)
+    decision = decide_split(prof, problem, splitk)
+    split = decision.split
+    _check_preset_supports(prof.preset, checked.fast, split)
+    plan = plan_accumulation(checked.k, fast=checked.fast, split=split)
+    if plan.empty_parts:
+        warnings.warn(_empty_parts_message(split, plan.k, plan.empty_parts), UnverifiedSplitWarning, stacklevel=4)
+    return prof, checked, decision, chosen
+
+
+def _empty_parts_message(split: SplitK, k: int, empty: tuple[int, ...]) -> str:
+    return (
+        f"split-K {split!r} over K = {k}: parts {list(empty)} own no k-tile; they are modelled as +0, which no "
+        "hardware recording has shown"
+    )
+
+
+def explain(
+    mat1: torch.Tensor,
+    mat2: torch.Tensor,
+    scale_a: torch.Tensor,
+    scale_b: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    scale_result: torch.Tensor | None = None,
+    out_dtype: torch.dtype | None = None,
+    use_fast_accum: bool = False,
+    *,
+    profile: str | Profile | None = None,
+    splitk: SplitKArg | str = "auto",
+    backend: str = "auto",
+    out: torch.Tensor | None = None,
+) -> CallPlan:
+    """What :func:`scaled_mm` would do with the same arguments, without computing the GEMM.
+
+    A refusal is reported in ``validation``, not raised; ``out`` is not modified.
+
+    Example:
+        >>> import torch, mmaemu
+        >>> x = torch.zeros(64, 1920).to(torch.float8_e4m3fn)
+        >>> w = torch.zeros(5760, 1920).to(torch.float8_e4m3fn)
+        >>> one = torch.tensor(1.0)
+        >>> plan = mmaemu.explain(x, w.t(), one, one, out_dtype=torch.bfloat16, use_fast_accum=True)
+        >>> plan.validation, plan.split.S, plan.split.source, plan.backend
+        ('ok', 1, 'table', 'reference')
+        >>> mmaemu.explain(x, w, one, one).validation[0]
+        'ReferenceRejectsError'
+    """
+    prof: Profile | None = None
+    decision: SplitDecision | None = None
+    chosen: Backend | None = None
+    checked: CheckedCall | None = None
+    validation: str | tuple[str, str] = "ok"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            prof, checked, decision, chosen = _prepare(
+                mat1, mat2, scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum, out,
+                profile, splitk, backend, resize_out=False,
+            )
+        except (MmaemuError, RuntimeError, TypeError, ValueError, KeyError) as exc:
+            validation = (type(exc).__name__, str(exc))
+    try:
+        prof = prof or get_profile(profile)
+    except ValueError:
+        prof = None
+    shape = None
+    if isinstance(mat1, torch.Tensor) and isinstance(mat2, torch.Tensor) and mat1.dim() == 2 and mat2.dim() == 2:
+        shape = (int(mat1.shape[0]), int(mat2.shape[1]), int(mat1.shape[1]))
+    if checked is not None:
+        dtype_name: str | None = str(checked.out_dtype).replace("torch.", "")
+    elif isinstance(out_dtype, torch.dtype):
+        dtype_name = str(out_dtype).replace("torch.", "")
+    else:
+        dtype_name = str(mat1.dtype).replace("torch.", "") if isinstance(mat1, torch.Tensor) else None
+    return CallPlan(
+        validation=validation,
+        profile=prof.name if prof else str(profile),
+        preset=prof.preset.name if prof else "?",
+        preset_maturity=prof.preset.maturity.value if prof else "?",
+        split=decision,
+        backend=chosen.value if chosen is not None and validation == "ok" else None,
+        fallback=None,
+        out_dtype=dtype_name,
+        shape=shape,
+        use_fast_accum=bool(use_fast_accum),
+        warnings=tuple((w.category.__name__, str(w.message)) for w in caught),
+    )
 
 
 def scaled_mm(
@@ -138,11 +285,11 @@ def scaled_mm(
     """``torch._scaled_mm`` with the bits of the profile's reference GPU.
 
     Args:
-        mat1: ``[M, K]`` FP8 (``float8_e4m3fn`` or ``float8_e5m2``).
-        mat2: ``[K, N]`` FP8, column-major as torch expects (``w.t()`` of a ``[N, K]`` weight).
-        scale_a: fp32 tensor-wise scale of ``mat1`` (one element).
-        scale_b: fp32 tensor-wise scale of ``mat2`` (one element).
-        bias: not modelled; anything but None raises :class:`UnsupportedFeatureError`.
+        mat1: ``[M, K]`` FP8 (``float8_e4m3fn`` or ``float8_e5m2``), row-major.
+        mat2: ``[K, N]`` FP8, column-major as torch requires (``w.t()`` of a ``[N, K]`` weight).
+        scale_a: fp32 tensor-wise scale of ``mat1`` (one element, any shape).
+        scale_b: fp32 tensor-wise scale of ``mat2`` (one element, any shape).
+        bias: checked as torch checks it, then refused (:class:`UnsupportedFeatureError`): not modelled.
         scale_result: fp32 scalar multiplying the result before an FP8 output's conversion.
         out_dtype: output dtype; default ``mat1.dtype`` (as torch).
         use_fast_accum: as torch; default False (slow accumulation).
@@ -150,16 +297,22 @@ def scaled_mm(
         splitk: ``"auto"`` (the reference GPU's decision, from evidence; raises
             :class:`SplitKUnknownError` when none decides), ``1``, or ``(S, scheme)``.
         backend: ``"auto"`` or ``"reference"``.
-        out: optional output tensor; its prior contents never affect the result.
+        out: optional output tensor, resized as torch resizes it; its prior contents never
+            affect the result, and it is returned.
 
     Returns:
-        ``[M, N]`` tensor of ``out_dtype``. NaN codes in row m of ``mat1`` or column n of
-        ``mat2`` give the output type's canonical NaN at (m, n); exact zeros are +0.
+        ``[M, N]`` tensor of ``out_dtype`` on the inputs' device. NaN codes in row m of ``mat1`` or
+        column n of ``mat2`` give the output type's canonical NaN at (m, n); exact zeros are +0.
+        M or N = 0 gives an empty result, K = 0 zeros (torch's early return).
 
     Raises:
-        ReferenceRejectsError: calls the reference platform rejects (E4M3 x E4M3 -> E5M2).
-        UnsupportedFeatureError: bias.
+        ReferenceRejectsError: every call torch 2.7.1 or the reference cuBLASLt rejects, with
+            torch's message (a ``RuntimeError``).
+        UnsupportedFeatureError: bias, row-wise or block-wise scales, inputs requiring grad in
+            grad mode, an ``out=`` layout torch would not write.
         SplitKUnknownError: see ``splitk``.
+        ValueError: invalid ``profile``, ``splitk`` or ``backend`` values.
+        TypeError: arguments of the wrong type, as torch's parser.
 
     Example:
         >>> import torch, mmaemu
@@ -170,27 +323,16 @@ def scaled_mm(
         >>> y[0, :3]
         tensor([1920., 1920., 1920.], dtype=torch.bfloat16)
     """
-    fmt_a, fmt_b = _fp8_operand(mat1, "mat1"), _fp8_operand(mat2, "mat2")
-    if mat1.shape[1] != mat2.shape[0]:
-        raise ReferenceRejectsError(
-            f"mat1 and mat2 shapes cannot be multiplied ({mat1.shape[0]}x{mat1.shape[1]} and "
-            f"{mat2.shape[0]}x{mat2.shape[1]})"
-        )
-    out_fmt = out_format_of(mat1.dtype if out_dtype is None else out_dtype)
-    if bias is not None:
-        raise UnsupportedFeatureError("bias is not modelled by mmaemu (the fused-bias epilogue is unrecorded)")
-    if fmt_a is Fp8Format.E4M3 and fmt_b is Fp8Format.E4M3 and out_fmt is OutFormat.E5M2:
-        raise ReferenceRejectsError(
-            "CUBLAS_STATUS_NOT_SUPPORTED when calling cublasLtMatmul: the reference platform's cuBLASLt "
-            "rejects float8_e4m3fn x float8_e4m3fn -> float8_e5m2"
-        )
-    prof = get_profile(profile)
-    m, k = mat1.shape
-    n = mat2.shape[1]
-    problem = Problem(m, n, k, fmt_a, fmt_b, out_fmt, bool(use_fast_accum))
-    decision = decide_split(prof, problem, splitk)
-    acc = _accumulate(mat1, mat2.t(), prof.preset, bool(use_fast_accum), decision.split, backend)
-    result = epilogue(acc, scale_a, scale_b, out_dtype=out_fmt.dtype, scale_result=scale_result)
+    prof, checked, decision, chosen = _prepare(
+        mat1, mat2, scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum, out,
+        profile, splitk, backend, resize_out=True,
+    )
+    if checked.empty or decision is None:
+        result = torch.zeros((checked.m, checked.n), dtype=checked.out_dtype, device=mat1.device)
+    else:
+        assert checked.out is not None
+        acc = _run(mat1, mat2.t(), prof.preset, checked.fast, decision.split, chosen)
+        result = epilogue(acc, scale_a, scale_b, out_dtype=checked.out.dtype, scale_result=scale_result)
     if out is not None:
         out.copy_(result)
         return out

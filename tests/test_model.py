@@ -82,3 +82,14 @@ def test_custom_preset_for_research() -> None:
     assert float(mmaemu.model.dot(a, b, preset=Preset("wide", block_size=32, frac_bits=20))) == exact
     assert float(mmaemu.model.dot(a, b, preset="hopper")) == exact  # 2**-8 is on the 2**-13 grid
     assert float(mmaemu.model.dot(a, b, preset=Preset("narrow", block_size=32, frac_bits=6))) == 1.0
+
+
+def test_b200_exact_zero_is_plus_zero() -> None:
+    """The block rule 'an exact zero is +0' holds for the rounded-add preset too (c = -0, no products).
+
+    Unverified on hardware for b200_mma_sync (the vectors have no such case): this pins the rule.
+    """
+    zeros = torch.zeros(32).to(torch.float8_e4m3fn)
+    with pytest.warns(mmaemu.ExperimentalPresetWarning):
+        r = mmaemu.model.dot(zeros, zeros, f32(0x80000000), preset="b200_mma_sync")
+    assert int(r.view(torch.int32)) == 0
