@@ -151,6 +151,22 @@ class CallPlan:
         """True when the call would run."""
         return self.validation == "ok"
 
+    def __repr__(self) -> str:
+        fields = [
+            f"validation={self.validation!r}",
+            f"profile={self.profile!r}",
+            f"preset={self.preset!r}",
+            f"preset_maturity={self.preset_maturity!r}",
+            f"split={self.split!r}",
+            f"backend={self.backend!r}",
+            f"fallback={self.fallback!r}",
+            f"out_dtype={self.out_dtype!r}",
+            f"shape={self.shape!r}",
+            f"use_fast_accum={self.use_fast_accum!r}",
+            f"warnings={self.warnings!r}",
+        ]
+        return "CallPlan(" + ",\n         ".join(fields) + ")"
+
 
 def _prepare(
     mat1: torch.Tensor,
@@ -173,8 +189,8 @@ def _prepare(
     if not (isinstance(splitk, str) and splitk == "auto"):
         SplitK.parse(splitk)  # type: ignore[arg-type]  # invalid values raise ValueError here
     chosen = resolve_backend(backend, mat1.device if isinstance(mat1, torch.Tensor) else torch.device("cpu"))
-    checked = check_call(mat1, mat2, scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum,
-                         out if resize_out else (None if out is None else out.detach().clone()))
+    checked = check_call(mat1, mat2, scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum, out,
+                         resize_out=resize_out)
     if checked.empty:
         return prof, checked, None, chosen
     assert checked.out is not None

@@ -227,10 +227,13 @@ def check_call(
     out_dtype: torch.dtype | None,
     use_fast_accum: bool,
     out: torch.Tensor | None,
+    *,
+    resize_out: bool = True,
 ) -> CheckedCall:
     """Every check of ``torch._scaled_mm`` (torch 2.7.1) and of the reference cuBLASLt, in order.
 
-    Resizes ``out`` as torch does (with torch's UserWarning when a non-empty ``out`` changes shape).
+    Resizes ``out`` as torch does (with torch's UserWarning when a non-empty ``out`` changes shape);
+    ``resize_out=False`` only warns (for :func:`mmaemu.explain`, which must not modify ``out``).
 
     Raises:
         TypeError, ReferenceRejectsError, UnsupportedFeatureError, MmaemuError: see the module doc.
@@ -279,7 +282,8 @@ def check_call(
                 f"Bias must be Float16 to compute {scalar_type_name(result_dtype)} output, "
                 f"but got {scalar_type_name(bias.dtype)}"
             )
-    if out is not None and tuple(out.shape) != (m, n):
+    out_resized = out is not None and tuple(out.shape) != (m, n)
+    if out is not None and out_resized:
         if out.numel() != 0:
             warnings.warn(
                 f"An output with one or more elements was resized since it had shape {list(out.shape)}, which does "
@@ -289,7 +293,8 @@ def check_call(
                 UserWarning,
                 stacklevel=4,
             )
-        out.resize_(m, n)
+        if resize_out:
+            out.resize_(m, n)
     empty = m == 0 or n == 0 or k == 0
     if empty:
         return _checked(m, n, k, mat1, mat2, result_dtype, use_fast_accum, empty=True)
@@ -318,8 +323,11 @@ def check_call(
     if mat1.dtype == torch.float8_e4m3fn and mat2.dtype == torch.float8_e4m3fn and out_fmt is OutFormat.E5M2:
         # cuBLASLt 12.8.3.14 on the RTX 4060 and the H100 PCIe finds no algorithm (seeds 000, 002).
         raise _reject("CUDA error: CUBLAS_STATUS_NOT_SUPPORTED when calling `CUBLAS_STATUS_NOT_SUPPORTED`")
-    lda, ldb = mat2.stride(1), mat1.stride(0)
-    offsets_ok = all(t.storage_offset() * t.element_size() % ALIGNMENT_BYTES == 0 for t in (mat1, mat2))
+    # torch clones a non-dense mat1 that is not padded row-major: the copy is contiguous and aligned
+    mat1_cloned = not _dense(mat1) and not (mat1.stride(1) == 1 and mat1.stride(0) >= max(1, k))
+    lda, ldb = mat2.stride(1), (k if mat1_cloned else mat1.stride(0))
+    operands = (mat2,) if mat1_cloned else (mat1, mat2)
+    offsets_ok = all(t.storage_offset() * t.element_size() % ALIGNMENT_BYTES == 0 for t in operands)
     if not offsets_ok or lda % ALIGNMENT_BYTES or ldb % ALIGNMENT_BYTES:
         raise _reject(
             f"CUDA error: CUBLAS_STATUS_NOT_SUPPORTED when calling cublasLtMatmul with transpose_mat1 t "
@@ -337,7 +345,7 @@ def check_call(
             )
     if mat1.device.type == "cpu":
         check_cpu_subnormals()
-    if out is not None and not _out_layout_ok(out):
+    if out is not None and not out_resized and not _out_layout_ok(out):
         raise UnsupportedFeatureError(
             "out= with this layout: torch 2.7.1 would compute into a contiguous copy and leave out unchanged"
         )

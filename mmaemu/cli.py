@@ -11,7 +11,7 @@ import torch
 
 from . import __version__
 from .accumulation import plan_accumulation
-from .call import decide_split, scaled_mm
+from .call import decide_split, explain, scaled_mm
 from .formats import Fp8Format, OutFormat
 from .platform import Problem, get_profile
 
@@ -59,6 +59,34 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+_DTYPES = {
+    "bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16, "f16": torch.float16,
+    "float16": torch.float16, "fp32": torch.float32, "f32": torch.float32, "float32": torch.float32,
+    "e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2,
+}
+
+
+def _explain(args: argparse.Namespace) -> int:
+    fmt_a, fmt_b = (part.strip() for part in args.fmt.split(","))
+    dtype_a, dtype_b = _DTYPES[fmt_a], _DTYPES[fmt_b]
+    meta = torch.device("meta")  # shapes and strides only: nothing is allocated
+    mat1 = torch.empty((args.M, args.K), dtype=dtype_a, device=meta)
+    mat2 = torch.empty((args.N, args.K), dtype=dtype_b, device=meta).t()
+    scale = torch.empty((), dtype=torch.float32, device=meta)
+    splitk: object = "auto" if args.splitk == "auto" else _parse_splitk(args.splitk)
+    plan = explain(mat1, mat2, scale, scale, out_dtype=_DTYPES[args.out], use_fast_accum=args.fast,
+                   profile=args.profile, splitk=splitk)  # type: ignore[arg-type]
+    print(plan)
+    return 0 if plan.ok else 1
+
+
+def _parse_splitk(text: str) -> object:
+    if text.isdigit():
+        return int(text)
+    parts, scheme = text.split(",")
+    return (int(parts), scheme.strip())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m mmaemu``."""
     parser = argparse.ArgumentParser(prog="python -m mmaemu", description="Bit-exact FP8 tensor-core GEMMs.")
@@ -66,6 +94,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="the quickstart GEMM under the hopper and ada presets, on the CPU")
     demo.set_defaults(run=_demo)
+    ex = sub.add_parser("explain", help="the plan of a torch._scaled_mm call of shape M x K @ K x N, without computing it")
+    ex.add_argument("M", type=int)
+    ex.add_argument("N", type=int)
+    ex.add_argument("K", type=int)
+    ex.add_argument("--out", default="bf16", choices=sorted(_DTYPES), help="output dtype (default bf16)")
+    ex.add_argument("--fast", action="store_true", help="use_fast_accum=True")
+    ex.add_argument("--profile", default=None, help="reference platform (default: MMAEMU_PROFILE or hopper)")
+    ex.add_argument("--fmt", default="e4m3,e4m3", help="formats of mat1,mat2 (default e4m3,e4m3)")
+    ex.add_argument("--splitk", default="auto", help="auto (default), 1, or S,scheme (e.g. 4,pairwise)")
+    ex.set_defaults(run=_explain)
     args = parser.parse_args(argv)
     return int(args.run(args))
 
