@@ -19,7 +19,16 @@ from .epilogue import epilogue
 from .errors import MmaemuError, UnsupportedFeatureError, UnverifiedSplitWarning
 from .formats import FP32_CANONICAL_NAN, decode_fp8, fp8_format_of, from_bits
 from .model import CMode, Preset
-from .platform import Problem, Profile, SplitDecision, SplitSource, get_profile, resolve_splitk
+from .platform import (
+    Problem,
+    Profile,
+    SplitDecision,
+    SplitSource,
+    combo_verified,
+    get_profile,
+    resolve_splitk,
+    split_warnings,
+)
 
 __all__ = ["scaled_mm", "accumulate", "explain", "CallPlan", "decide_split"]
 
@@ -39,9 +48,12 @@ def decide_split(profile: Profile, problem: Problem, splitk: SplitKArg | str) ->
             )
         return resolve_splitk(profile, problem)
     split = SplitK.parse(splitk)
-    return SplitDecision(
-        split.parts, split.scheme.value, SplitSource.EXPLICIT.value, True, None, "passed as splitk="
+    decision = SplitDecision(
+        split.parts, split.scheme.value, SplitSource.EXPLICIT.value,
+        combo_verified(profile, problem, split.parts, split.scheme), None, "passed as splitk=",
     )
+    split_warnings(profile, problem, decision)
+    return decision
 
 
 def _run(a: torch.Tensor, b: torch.Tensor, preset: Preset, fast: bool, split: SplitK, backend: Backend) -> torch.Tensor:

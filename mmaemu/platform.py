@@ -1,45 +1,74 @@
-"""Reference platforms (profiles) and their split-K decisions.
+"""Reference platforms (profiles) and cuBLAS's split-K decisions on them.
 
 A profile is a reference platform: a GPU with its SM count, cuBLASLt and torch versions, the
-caller's cuBLAS workspace, the tensor-core preset, and the split-K family of its cuBLAS. Two are
-shipped now: ``hopper`` (the default; H100 PCIe) and ``ada`` (RTX 4060).
+caller (torch or Transformer Engine) with its cuBLAS workspace, the tensor-core preset, the split-K
+family of its cuBLAS and the split-K table recorded on it. :func:`resolve_splitk` decides, from
+evidence only, whether that platform splits K for a call and how:
 
-[Note: interim split-K decisions] Until the recorded split-K tables are shipped, ``splitk="auto"``
-decides only the shapes that published evidence decides (``../shared/NUMERICS.md`` section 5;
-seeds 000 and 001), listed in :data:`PUBLISHED_DECISIONS`, and the published H100 envelope
-bound at 1 MiB; every other shape raises :class:`~mmaemu.errors.SplitKUnknownError`. The test
-suite checks every published decision against the recorded tables when they are present.
+1. ``table``: the call's row in the table recorded on the profile's GPU (cuBLASLt's heuristic
+   queried with torch 2.7.1's descriptor; ``mmaemu/data/splitk``, converted by
+   ``tools/convert_splitk.py``);
+2. ``workspace0``: without a workspace cuBLAS never splits (653,400 H100 queries, none split);
+3. ``live-query``: on the reference platform itself, cuBLASLt's heuristic is asked
+   (:mod:`mmaemu.cublaslt`); never elsewhere;
+4. ``envelope``: above a bound on M*N, S = 1 (H100: a bound per setting and K, fitted and tested on a
+   sealed held-out set; RTX 4060: twice the setting's largest split M*N). ``MMAEMU_SPLITK_STRICT=1``
+   turns it off.
+
+Anything else raises :class:`~mmaemu.errors.SplitKUnknownError`.
 """
 
 from __future__ import annotations
 
 import enum
+import functools
+import json
 import os
-from dataclasses import dataclass
+import warnings
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any, Callable
+
+import numpy as np
 
 from .accumulation import Scheme, SplitK
-from .errors import SplitKUnknownError
+from .errors import (
+    ExperimentalPresetWarning,
+    SplitKUnknownError,
+    UnvalidatedEnvelopeWarning,
+    UnverifiedSplitWarning,
+)
 from .formats import Fp8Format, OutFormat
-from .model import ADA, HOPPER, Maturity, Preset
+from .model import ADA, B200_MMA_SYNC, HOPPER, Maturity, Preset
 
 __all__ = [
     "SplitFamily",
     "SplitSource",
+    "Caller",
     "Profile",
     "SplitDecision",
     "Problem",
+    "SplitTable",
     "PROFILES",
+    "profiles",
     "get_profile",
     "default_profile_name",
     "resolve_splitk",
-    "PUBLISHED_DECISIONS",
+    "split_warnings",
+    "combo_verified",
+    "LIVE_QUERY_HOOK",
 ]
 
 MIB = 1 << 20
+_WS_CODES = {0: 0, 1 * MIB: 1, 4 * MIB: 2, 32 * MIB: 3}
+_OUT_CODES = {OutFormat.FLOAT32: 0, OutFormat.BFLOAT16: 1, OutFormat.FLOAT16: 2, OutFormat.E4M3: 3, OutFormat.E5M2: 4}
+_OUT_NAMES = {f: n for f, n in zip(_OUT_CODES, ["float32", "bfloat16", "float16", "float8_e4m3fn", "float8_e5m2"])}
+_FMT_CODES = {Fp8Format.E4M3: 0, Fp8Format.E5M2: 1}
+_FIELD_BITS = 21
 
 
 class SplitFamily(enum.Enum):
-    """How a platform's cuBLAS deals K to split parts."""
+    """How a platform's cuBLAS deals K to split parts and combines them."""
 
     CONTIGUOUS = "contiguous 128-wide k-tiles, serial combination"
     ROUND_ROBIN = "round-robin 64-wide k-tiles, serial or pairwise combination"
@@ -55,110 +84,11 @@ class SplitSource(enum.Enum):
     LIVE_QUERY = "live-query"
 
 
-@dataclass(frozen=True)
-class Profile:
-    """A reference platform.
+class Caller(enum.Enum):
+    """Who calls cuBLASLt on the reference platform."""
 
-    Attributes:
-        name: registry name.
-        preset: the tensor-core arithmetic.
-        split_family: how its cuBLAS splits K.
-        gpu: the reference GPU.
-        sm_count: its SM count.
-        cublaslt: cuBLASLt version.
-        torch_version: torch version of the caller.
-        caller: ``"torch._scaled_mm"`` or ``"Transformer Engine 2.3"``.
-        workspace_bytes: the caller's cuBLAS workspace.
-        maturity: validated or experimental.
-        table_id: the split-K table recorded on this platform.
-        source: where these numbers come from.
-    """
-
-    name: str
-    preset: Preset
-    split_family: SplitFamily
-    gpu: str
-    sm_count: int
-    cublaslt: str
-    torch_version: str
-    caller: str
-    workspace_bytes: int
-    maturity: Maturity
-    table_id: str
-    source: str
-
-    def __post_init__(self) -> None:
-        if self.sm_count <= 0 or self.workspace_bytes < 0:
-            raise ValueError(f"profile {self.name}: SM count and workspace must be positive")
-
-    @property
-    def schemes(self) -> tuple[Scheme, ...]:
-        """The split schemes this platform's cuBLAS uses."""
-        if self.split_family is SplitFamily.CONTIGUOUS:
-            return (Scheme.CONTIGUOUS,)
-        return (Scheme.SERIAL, Scheme.PAIRWISE)
-
-    def __repr__(self) -> str:
-        return (
-            f"Profile({self.name!r}, {self.gpu}, sm_count={self.sm_count}, cuBLASLt {self.cublaslt}, "
-            f"{self.caller} {self.torch_version}, workspace {self.workspace_bytes // MIB} MiB, "
-            f"preset={self.preset.name!r}, {self.maturity.value})"
-        )
-
-
-PROFILES: dict[str, Profile] = {
-    "hopper": Profile(
-        name="hopper",
-        preset=HOPPER,
-        split_family=SplitFamily.CONTIGUOUS,
-        gpu="NVIDIA H100 PCIe (sm_90)",
-        sm_count=114,
-        cublaslt="12.8.3.14",
-        torch_version="2.7.1",
-        caller="torch._scaled_mm",
-        workspace_bytes=1 * MIB,
-        maturity=Maturity.VALIDATED,
-        table_id="heur_h100pcie_lt12.8.3.14",
-        source="seeds 000-002 (H100 PCIe probe and split-K sweep); recordings/splitk",
-    ),
-    "ada": Profile(
-        name="ada",
-        preset=ADA,
-        split_family=SplitFamily.ROUND_ROBIN,
-        gpu="NVIDIA GeForce RTX 4060 (sm_89)",
-        sm_count=24,
-        cublaslt="12.8.3.14",
-        torch_version="2.7.1",
-        caller="torch._scaled_mm",
-        workspace_bytes=1 * MIB,
-        maturity=Maturity.VALIDATED,
-        table_id="heur_rtx4060_lt12.8.3.14",
-        source="recordings/rtx4060 (7,070 RTX 4060 outputs); recordings/splitk",
-    ),
-}
-
-DEFAULT_PROFILE = "hopper"
-
-
-def default_profile_name() -> str:
-    """``MMAEMU_PROFILE`` if set, else ``"hopper"``."""
-    return os.environ.get("MMAEMU_PROFILE", DEFAULT_PROFILE)
-
-
-def get_profile(profile: str | Profile | None) -> Profile:
-    """Resolve a profile name (None: the process default).
-
-    Raises:
-        ValueError: for an unknown name, listing the known profiles.
-    """
-    if isinstance(profile, Profile):
-        return profile
-    name = default_profile_name() if profile is None else profile
-    try:
-        return PROFILES[name]
-    except (KeyError, TypeError):
-        known = ", ".join(repr(p) for p in PROFILES)
-        raise ValueError(f"profile={name!r} is not a profile; accepted: {known}") from None
+    TORCH = "torch._scaled_mm (torch 2.7.1)"
+    TRANSFORMER_ENGINE = "Transformer Engine 2.3"
 
 
 @dataclass(frozen=True)
@@ -183,7 +113,7 @@ class SplitDecision:
         scheme: ``"none"``, ``"contiguous"``, ``"serial"`` or ``"pairwise"``.
         source: ``"explicit"``, ``"table"``, ``"workspace0"``, ``"envelope"`` or ``"live-query"``.
         verified: whether hardware evidence backs this decision and its arithmetic.
-        table_id: the recorded table the decision comes from, if any.
+        table_id: the recorded table consulted, if any.
         note: which row, bound or argument decided.
     """
 
@@ -201,97 +131,357 @@ class SplitDecision:
 
 
 @dataclass(frozen=True)
-class _Published:
-    profile: str
-    m: int | None  # None: any M up to m_max
-    m_max: int | None
-    n: int
-    k: int
-    pairs: tuple[tuple[Fp8Format, Fp8Format], ...]
-    outs: tuple[OutFormat, ...]
-    fast: tuple[bool, ...]
-    S: int
-    scheme: Scheme
-    note: str
+class SplitTable:
+    """A recorded cuBLASLt split-K table: sorted binary columns, looked up with a binary search.
+
+    Rows of setting ``s`` (one byte: fa, fb, out, fast, ws) are ``setting_start[s]:setting_start[s+1]``,
+    sorted by ``key = M << 42 | N << 21 | K``.
+    """
+
+    table_id: str
+    info: dict[str, Any] = field(repr=False)
+    key: np.ndarray = field(repr=False)
+    setting_start: np.ndarray = field(repr=False)
+    S: np.ndarray = field(repr=False)
+    custom: np.ndarray = field(repr=False)
+    verified: frozenset[tuple[bool, int, str, str, str]] = field(repr=False)
+
+    @staticmethod
+    @functools.lru_cache(maxsize=None)
+    def load(table_id: str) -> SplitTable:
+        """Load a shipped table (cached per process)."""
+        base = resources.files("mmaemu") / "data" / "splitk"
+        info = json.loads((base / f"{table_id}.json").read_text())
+        with (base / f"{table_id}.npz").open("rb") as fh:
+            data = np.load(fh)
+            arrays = {k: data[k] for k in ("key", "setting_start", "S", "custom")}
+        verified = frozenset((bool(c[0]), int(c[1]), str(c[2]), str(c[3]), str(c[4])) for c in info["verified_combos"])
+        return SplitTable(table_id, info, arrays["key"], arrays["setting_start"], arrays["S"], arrays["custom"], verified)
+
+    @staticmethod
+    def setting(fmt_a: Fp8Format, fmt_b: Fp8Format, out: OutFormat, fast: bool, ws_code: int) -> int:
+        """The one-byte setting code of the table's key."""
+        return (_FMT_CODES[fmt_a] << 7) | (_FMT_CODES[fmt_b] << 6) | (_OUT_CODES[out] << 3) | (int(fast) << 2) | ws_code
+
+    def lookup(self, setting: int, m: int, n: int, k: int) -> int | None:
+        """The row index of a call, or None when it is not recorded."""
+        if max(m, n, k) >= 1 << _FIELD_BITS or min(m, n, k) < 0:
+            return None
+        lo, hi = int(self.setting_start[setting]), int(self.setting_start[setting + 1])
+        key = (m << 2 * _FIELD_BITS) | (n << _FIELD_BITS) | k
+        i = lo + int(np.searchsorted(self.key[lo:hi], key))
+        return i if i < hi and int(self.key[i]) == key else None
+
+    def lookup_many(self, settings: np.ndarray, m: np.ndarray, n: np.ndarray, k: np.ndarray) -> np.ndarray:
+        """Vectorised :meth:`lookup`: row indices, -1 where not recorded."""
+        settings = np.asarray(settings, np.int64)
+        keys = (np.asarray(m, np.int64) << 2 * _FIELD_BITS) | (np.asarray(n, np.int64) << _FIELD_BITS) | np.asarray(k, np.int64)
+        idx = np.full(keys.shape, -1, dtype=np.int64)
+        for s in np.unique(settings):
+            sel = np.nonzero(settings == s)[0]
+            lo, hi = int(self.setting_start[s]), int(self.setting_start[s + 1])
+            if hi == lo:
+                continue
+            pos = lo + np.searchsorted(self.key[lo:hi], keys[sel])
+            pos_ok = np.minimum(pos, hi - 1)
+            found = (pos < hi) & (self.key[pos_ok] == keys[sel])
+            idx[sel[found]] = pos_ok[found]
+        return idx
+
+    def setting_stats(self, ws_bytes: int, out: OutFormat, fast: bool, fmt_a: Fp8Format, fmt_b: Fp8Format) -> dict[str, Any] | None:
+        """The recorded statistics of one setting (rows, split rows, largest split M*N, ...)."""
+        for s in self.info["settings"]:
+            if (s["ws"], s["out"], s["fast"], s["fmt_a"], s["fmt_b"]) == (
+                ws_bytes, _OUT_NAMES[out], fast, fmt_a.short_name, fmt_b.short_name
+            ):
+                return dict(s)
+        return None
 
 
-_E4 = Fp8Format.E4M3
-_E5 = Fp8Format.E5M2
-_ALL_PAIRS = ((_E4, _E4), (_E4, _E5), (_E5, _E4))
-_ALL_OUTS = tuple(OutFormat)
-_BOTH = (False, True)
+@dataclass(frozen=True)
+class Profile:
+    """A reference platform.
 
-#: Split-K decisions stated by published evidence (NUMERICS.md section 5), each a row of the
-#: reference GPU's recorded cuBLASLt heuristic table (checked by tests/test_platform.py).
-PUBLISHED_DECISIONS: tuple[_Published, ...] = (
-    _Published("hopper", 64, None, 5760, 1920, ((_E4, _E4),), (OutFormat.BFLOAT16,), (True,), 1, Scheme.NONE,
-               "the seeds' quickstart shape: an S = 1 row of the H100 PCIe table (seeds 001)"),
-    *(
-        _Published("hopper", None, 8192, n, k, ((_E4, _E4),), (OutFormat.BFLOAT16,), (True,), 1, Scheme.NONE,
-                   f"Evo 2 projection (K, N) = ({k}, {n}), M <= 8,192: never split on the H100 PCIe (seeds 000, 001)")
-        for k, n in ((1920, 5760), (8192, 24576))
-    ),
-    *(
-        _Published("ada", None, 8192, n, k, ((_E4, _E4),), (OutFormat.BFLOAT16,), (True,), 1, Scheme.NONE,
-                   f"Evo 2 projection (K, N) = ({k}, {n}), M <= 8,192: never split on the RTX 4060 at 1 MiB "
-                   "with bf16 output (seeds 000, 001)")
-        for k, n in ((1920, 5760), (8192, 24576))
-    ),
-    _Published("ada", 64, None, 256, 1920, _ALL_PAIRS, _ALL_OUTS, _BOTH, 1, Scheme.NONE,
-               "64 x 256 x 1920 does not split on the RTX 4060 (seeds 002, tcemu test cases)"),
-    _Published("ada", 16, None, 128, 8192, ((_E4, _E4), (_E5, _E4)), (OutFormat.FLOAT32,), _BOTH, 8,
-               Scheme.PAIRWISE, "16 x 128 x 8192, fp32 output: S = 8 pairwise on the RTX 4060 (seeds 002)"),
-    _Published("ada", 16, None, 128, 8192, ((_E4, _E4), (_E5, _E4)), (OutFormat.BFLOAT16,), (True,), 8,
-               Scheme.PAIRWISE, "16 x 128 x 8192, bf16 output, fast: S = 8 pairwise on the RTX 4060 (seeds 002)"),
-    _Published("ada", 16, None, 128, 8192, ((_E4, _E4), (_E5, _E4)), (OutFormat.BFLOAT16,), (False,), 12,
-               Scheme.PAIRWISE, "16 x 128 x 8192, bf16 output, slow: S = 12 pairwise on the RTX 4060 (seeds 002)"),
-)
+    Attributes:
+        name: registry name.
+        preset: the tensor-core arithmetic.
+        split_family: how its cuBLAS splits K.
+        gpu: the reference GPU (as ``torch.cuda.get_device_name`` prints it).
+        sm_count: its SM count.
+        cublaslt: cuBLASLt version.
+        torch_version: torch version of the recordings.
+        caller: torch._scaled_mm or Transformer Engine.
+        workspace_bytes: the caller's cuBLAS workspace.
+        maturity: validated or experimental (experimental profiles warn when used).
+        table_id: the split-K table recorded on this platform (None: no table).
+        source: where these numbers come from.
+    """
 
-# The H100 PCIe envelope at torch's 1 MiB workspace (NUMERICS.md section 5; seeds 001, 004):
-# for 1,024 <= K <= 4,194,304 no call splits above a bound on M*N that is 15,360 for K <= 5,120
-# and never above 268,004. Validated on a sealed held-out set (0 of 154,191 split).
-_H100_ENVELOPE_K = (1024, 4_194_304)
-_H100_ENVELOPE_SMALL_K = 5120
-_H100_BOUND_SMALL_K = 15_360
-_H100_BOUND_MAX = 268_004
+    name: str
+    preset: Preset
+    split_family: SplitFamily
+    gpu: str
+    sm_count: int
+    cublaslt: str
+    torch_version: str
+    caller: Caller
+    workspace_bytes: int
+    maturity: Maturity
+    table_id: str | None
+    source: str
+
+    def __post_init__(self) -> None:
+        if self.sm_count <= 0:
+            raise ValueError(f"profile {self.name}: sm_count must be positive")
+        if self.workspace_bytes not in _WS_CODES:
+            raise ValueError(f"profile {self.name}: workspace {self.workspace_bytes} is not a recorded setting")
+        if self.table_id is not None and not self.table_id.startswith("heur_"):
+            raise ValueError(f"profile {self.name}: {self.table_id!r} is not a split-K table id")
+
+    @property
+    def ws_code(self) -> int:
+        """The workspace column of the recorded tables (0: none, 1: 1 MiB, 2: 4 MiB, 3: 32 MiB)."""
+        return _WS_CODES[self.workspace_bytes]
+
+    @property
+    def schemes(self) -> tuple[Scheme, ...]:
+        """The split schemes this platform's cuBLAS uses."""
+        if self.split_family is SplitFamily.CONTIGUOUS:
+            return (Scheme.CONTIGUOUS,)
+        return (Scheme.SERIAL, Scheme.PAIRWISE)
+
+    @property
+    def transformer_engine(self) -> bool:
+        """Whether the caller is Transformer Engine (its split decisions are experimental)."""
+        return self.caller is Caller.TRANSFORMER_ENGINE
+
+    def __repr__(self) -> str:
+        ws = f"{self.workspace_bytes // MIB} MiB" if self.workspace_bytes else "no"
+        return (
+            f"Profile({self.name!r}: {self.gpu}, {self.sm_count} SMs, cuBLASLt {self.cublaslt}, via "
+            f"{self.caller.value}, {ws} workspace, preset {self.preset.name!r}, {self.maturity.value})"
+        )
 
 
-def _published(profile: Profile, p: Problem) -> _Published | None:
-    for row in PUBLISHED_DECISIONS:
-        if row.profile != profile.name or row.n != p.n or row.k != p.k:
-            continue
-        if row.m is not None and row.m != p.m:
-            continue
-        if row.m is None and (row.m_max is None or not 1 <= p.m <= row.m_max):
-            continue
-        if (p.fmt_a, p.fmt_b) in row.pairs and p.out in row.outs and p.fast in row.fast:
-            return row
-    return None
+def _profile(name: str, preset: Preset, gpu_key: str, caller: Caller, workspace: int, maturity: Maturity = Maturity.VALIDATED,
+             table: bool = True) -> Profile:
+    h100 = gpu_key == "h100"
+    return Profile(
+        name=name,
+        preset=preset,
+        split_family=SplitFamily.CONTIGUOUS if h100 else SplitFamily.ROUND_ROBIN,
+        gpu="NVIDIA H100 PCIe" if h100 else "NVIDIA GeForce RTX 4060",
+        sm_count=114 if h100 else 24,
+        cublaslt="12.8.3.14",
+        torch_version="2.7.1",
+        caller=caller,
+        workspace_bytes=workspace,
+        maturity=maturity,
+        table_id=("heur_h100pcie_lt12.8.3.14" if h100 else "heur_rtx4060_lt12.8.3.14") if table else None,
+        source=(
+            "seeds 000-004: H100 PCIe probe (1,423 live calls) and split-K sweep (2,744 live jobs); recordings/splitk"
+            if h100
+            else "recordings/rtx4060 (7,070 RTX 4060 outputs and calls); recordings/splitk"
+        ),
+    )
+
+
+PROFILES: dict[str, Profile] = {
+    p.name: p
+    for p in (
+        _profile("hopper", HOPPER, "h100", Caller.TORCH, 1 * MIB),
+        _profile("hopper-te", HOPPER, "h100", Caller.TRANSFORMER_ENGINE, 32 * MIB),
+        _profile("hopper-ws0", HOPPER, "h100", Caller.TORCH, 0),
+        _profile("ada", ADA, "rtx4060", Caller.TORCH, 1 * MIB),
+        _profile("ada-te", ADA, "rtx4060", Caller.TRANSFORMER_ENGINE, 4 * MIB),
+        _profile("ada-ws0", ADA, "rtx4060", Caller.TORCH, 0),
+        _profile("hopper-experimental", HOPPER, "h100", Caller.TORCH, 1 * MIB, Maturity.EXPERIMENTAL, table=False),
+        Profile(
+            name="b200-mma-sync-experimental",
+            preset=B200_MMA_SYNC,
+            split_family=SplitFamily.CONTIGUOUS,
+            gpu="none: fitted to B200 mma.sync vectors, not to a GPU's cuBLAS",
+            sm_count=148,
+            cublaslt="none",
+            torch_version="none",
+            caller=Caller.TORCH,
+            workspace_bytes=1 * MIB,
+            maturity=Maturity.EXPERIMENTAL,
+            table_id=None,
+            source="hw-vectors/b200_e4m3.npz (instruction level only; MATLAB tensor-core toolbox)",
+        ),
+    )
+}
+
+#: The names used before the profiles were renamed; they raise KeyError naming the new name.
+RENAMED = {
+    "hopper-h100pcie-torch": "hopper",
+    "hopper-h100pcie-te": "hopper-te",
+    "hopper-h100pcie-ws0": "hopper-ws0",
+    "ada-rtx4060-torch": "ada",
+    "ada-rtx4060-te": "ada-te",
+    "ada-rtx4060-ws0": "ada-ws0",
+}
+DEFAULT_PROFILE = "hopper"
+
+
+def profiles() -> list[Profile]:
+    """All registered profiles, in registry order."""
+    return list(PROFILES.values())
+
+
+def default_profile_name() -> str:
+    """``MMAEMU_PROFILE`` if set, else ``"hopper"``."""
+    return os.environ.get("MMAEMU_PROFILE", DEFAULT_PROFILE)
+
+
+def get_profile(profile: str | Profile | None, *, warn: bool = True) -> Profile:
+    """Resolve a profile name (None: the process default). Experimental profiles warn.
+
+    Raises:
+        KeyError: for a name used before the rename (the message names the new one).
+        ValueError: for an unknown name, listing the known profiles.
+    """
+    if isinstance(profile, Profile):
+        found = profile
+    else:
+        name = default_profile_name() if profile is None else profile
+        if name in RENAMED:
+            raise KeyError(f"profile {name!r} was renamed to {RENAMED[name]!r}")
+        try:
+            found = PROFILES[name]
+        except (KeyError, TypeError):
+            known = ", ".join(repr(p) for p in PROFILES)
+            raise ValueError(f"profile={name!r} is not a profile; accepted: {known}") from None
+    if warn and found.maturity is Maturity.EXPERIMENTAL:
+        warnings.warn(
+            f"profile {found.name!r} is experimental: no reference platform's recordings back its split-K decisions"
+            + (" and its preset is fitted to instruction-level vectors only" if found.preset is B200_MMA_SYNC else ""),
+            ExperimentalPresetWarning,
+            stacklevel=3,
+        )
+    return found
+
+
+#: Set by :mod:`mmaemu.cublaslt` on the reference platform: ``hook(profile, problem) -> (S, custom)``.
+LIVE_QUERY_HOOK: list[Callable[[Profile, Problem], tuple[int, int] | None]] = []
+
+
+def _scheme(profile: Profile, s: int, custom: int) -> Scheme:
+    if s == 1:
+        return Scheme.NONE
+    if profile.split_family is SplitFamily.CONTIGUOUS:
+        return Scheme.CONTIGUOUS  # every customOption combines contiguously and serially (seeds 002)
+    return Scheme.PAIRWISE if custom == 1 else Scheme.SERIAL
+
+
+def combo_verified(profile: Profile, problem: Problem, s: int, scheme: Scheme) -> bool:
+    """Whether this split combination's arithmetic was reproduced on a recorded hardware call."""
+    if s == 1 or profile.table_id is None:
+        return s == 1
+    pair = f"{problem.fmt_a.short_name}x{problem.fmt_b.short_name}"
+    return (problem.fast, s, scheme.value, _OUT_NAMES[problem.out], pair) in SplitTable.load(profile.table_id).verified
+
+
+def split_warnings(profile: Profile, problem: Problem, decision: SplitDecision) -> None:
+    """Emit the warnings a decision carries (unverified splits, TE splits, unvalidated envelopes)."""
+    if decision.S > 1 and profile.transformer_engine and decision.source != SplitSource.EXPLICIT.value:
+        warnings.warn(
+            f"{profile.name}: S = {decision.S} is experimental under Transformer Engine (no split call ran through TE's "
+            "own GEMM on the reference GPU)", UnverifiedSplitWarning, stacklevel=4,
+        )
+    elif decision.S > 1 and not decision.verified:
+        warnings.warn(
+            f"{profile.name}: split-K S = {decision.S} {decision.scheme} for this output and format pair has not been "
+            "replayed on hardware", UnverifiedSplitWarning, stacklevel=4,
+        )
+    if decision.source == SplitSource.ENVELOPE.value and not decision.verified:
+        warnings.warn(
+            f"{profile.name}: {decision.note}; this envelope failed or lacks a held-out test",
+            UnvalidatedEnvelopeWarning, stacklevel=4,
+        )
+
+
+def _envelope(profile: Profile, problem: Problem, table: SplitTable) -> SplitDecision | None:
+    mn = problem.m * problem.n
+    env = table.info["envelope"]
+    if env["kind"] == "k_grid":
+        if not env["K_min"] <= problem.k <= env["K_max"]:
+            return None
+        want = (profile.workspace_bytes, _OUT_NAMES[problem.out], problem.fast, problem.fmt_a.short_name, problem.fmt_b.short_name)
+        for b in env["bounds"]:
+            if (b["ws"], b["out"], b["fast"], b["fmt_a"], b["fmt_b"]) == want:
+                grid = env["K_grid"]
+                i = int(np.searchsorted(grid, problem.k, side="left"))
+                bound = int(b["B"][i])
+                if mn <= bound:
+                    return None
+                status = env["validation"].get(str(profile.workspace_bytes), {}).get("status")
+                return SplitDecision(
+                    1, Scheme.NONE.value, SplitSource.ENVELOPE.value, status == "validated", table.table_id,
+                    f"M*N = {mn:,} > {bound:,}, the H100 PCIe bound for K <= {grid[i]:,} in this setting "
+                    f"(held-out test: {status})",
+                )
+        return None
+    stats = table.setting_stats(profile.workspace_bytes, problem.out, problem.fast, problem.fmt_a, problem.fmt_b)
+    if stats is None or stats["max_split_MN"] is None:
+        return None
+    bound = 2 * int(stats["max_split_MN"])
+    if mn <= bound:
+        return None
+    return SplitDecision(
+        1, Scheme.NONE.value, SplitSource.ENVELOPE.value, True, table.table_id,
+        f"M*N = {mn:,} > {bound:,}, twice the largest split M*N of this setting on the RTX 4060",
+    )
 
 
 def resolve_splitk(profile: Profile, problem: Problem) -> SplitDecision:
-    """cuBLAS's split-K decision for ``problem`` on ``profile``'s reference platform.
+    """cuBLAS's split-K decision for ``problem`` on ``profile``'s reference platform, from evidence.
+
+    Emits :class:`UnverifiedSplitWarning` / :class:`UnvalidatedEnvelopeWarning` where the decision
+    carries one.
 
     Raises:
-        SplitKUnknownError: when no evidence decides the shape.
+        SplitKUnknownError: when no recorded row, workspace rule, live query or envelope decides.
     """
-    row = _published(profile, problem)
-    if row is not None:
-        return SplitDecision(row.S, row.scheme.value, SplitSource.TABLE.value, True, profile.table_id, row.note)
-    mn = problem.m * problem.n
-    strict = os.environ.get("MMAEMU_SPLITK_STRICT") == "1"
-    if profile.name == "hopper" and not strict and _H100_ENVELOPE_K[0] <= problem.k <= _H100_ENVELOPE_K[1]:
-        bound = _H100_BOUND_SMALL_K if problem.k <= _H100_ENVELOPE_SMALL_K else _H100_BOUND_MAX
-        if mn > bound:
-            return SplitDecision(
-                1, Scheme.NONE.value, SplitSource.ENVELOPE.value, True, profile.table_id,
-                f"M*N = {mn:,} is above the H100 PCIe 1 MiB envelope bound {bound:,} for K = {problem.k:,}",
-            )
+    decision = _decide(profile, problem)
+    split_warnings(profile, problem, decision)
+    return decision
+
+
+def _decide(profile: Profile, problem: Problem) -> SplitDecision:
+    table = SplitTable.load(profile.table_id) if profile.table_id else None
+    if table is not None:
+        setting = SplitTable.setting(problem.fmt_a, problem.fmt_b, problem.out, problem.fast, profile.ws_code)
+        row = table.lookup(setting, problem.m, problem.n, problem.k)
+        if row is not None:
+            s, custom = int(table.S[row]), int(table.custom[row])
+            scheme = _scheme(profile, s, custom)
+            verified = combo_verified(profile, problem, s, scheme)
+            if s > 1 and profile.split_family is SplitFamily.CONTIGUOUS and custom >= 4:
+                verified = False  # customOption 4-7 on split rows: never replayed (seeds 002)
+            return SplitDecision(s, scheme.value, SplitSource.TABLE.value, verified, table.table_id,
+                                 f"row {row} of {table.table_id} (customOption {custom})")
+    if profile.workspace_bytes == 0:
+        return SplitDecision(1, Scheme.NONE.value, SplitSource.WORKSPACE0.value, True, None,
+                             "cuBLAS never splits K without a workspace (653,400 H100 queries, none split)")
+    for hook in LIVE_QUERY_HOOK:
+        answer = hook(profile, problem)
+        if answer is not None:
+            s, custom = answer
+            scheme = _scheme(profile, s, custom)
+            return SplitDecision(s, scheme.value, SplitSource.LIVE_QUERY.value, combo_verified(profile, problem, s, scheme),
+                                 None, f"cuBLASLt heuristic queried on this {profile.gpu} (customOption {custom})")
+    if table is not None and os.environ.get("MMAEMU_SPLITK_STRICT") != "1":
+        inferred = _envelope(profile, problem, table)
+        if inferred is not None:
+            return inferred
     schemes = " or ".join(f'(S, "{s.value}")' for s in profile.schemes)
+    where = f"the {profile.gpu}" if profile.table_id else f"profile {profile.name!r} (it has no split-K table)"
     raise SplitKUnknownError(
-        f"no recorded evidence decides whether the {profile.gpu} splits K for M, N, K = "
-        f"{problem.m}, {problem.n}, {problem.k} ({problem.fmt_a.short_name} x {problem.fmt_b.short_name} -> "
-        f"{problem.out.dtype}, use_fast_accum={problem.fast}) under profile {profile.name!r}. Run "
-        f"mmaemu.explain(...) to see what is known; pass splitk=1 only if you know the reference GPU did "
-        f"not split this call, or its known split as splitk={schemes}."
+        f"no recorded evidence decides whether {where} splits K for M, N, K = {problem.m}, {problem.n}, {problem.k} "
+        f"({problem.fmt_a.short_name} x {problem.fmt_b.short_name} -> {_OUT_NAMES[problem.out]}, "
+        f"use_fast_accum={problem.fast}) under profile {profile.name!r}. Run mmaemu.explain(...) to see what is "
+        f"known; pass splitk=1 only if you know the reference GPU did not split this call, or its known split as "
+        f"splitk={schemes}."
     )

@@ -158,7 +158,7 @@ ROWS = [
     Row("out-odd-layout", lambda: base(out=torch.empty(16, 32, dtype=torch.bfloat16)[:, ::2]), UF, "leave out unchanged"),
     # --- our own arguments and Python types ---------------------------------------------------------
     Row("bad-splitk", lambda: base(splitk=(2, "tree")), ValueError, "accepted: 1, \\(S, 'contiguous'\\)"),
-    Row("bad-profile", lambda: base(profile="h100"), ValueError, "accepted: 'hopper', 'ada'"),
+    Row("bad-profile", lambda: base(profile="h100"), ValueError, "accepted: 'hopper', 'hopper-te'"),
     Row("bad-backend", lambda: base(backend="cuda:h4"), ValueError, "accepted: 'auto', 'reference'"),
     Row("bias-not-tensor", lambda: base(bias="x"), TypeError, "argument 'bias' .*must be Tensor, not str", torch_cpu="type"),
     Row("fast-accum-not-bool", lambda: base(use_fast_accum=1), TypeError, "'use_fast_accum' .*must be bool"),

@@ -1,6 +1,9 @@
-"""Profiles and the interim split-K decisions, checked against the recorded cuBLASLt tables."""
+"""Profiles and split-K resolution against the recorded cuBLASLt tables (recordings/splitk)."""
 
 from __future__ import annotations
+
+import time
+import warnings
 
 import numpy as np
 import pytest
@@ -9,97 +12,187 @@ import torch
 import mmaemu
 from conftest import RECORDINGS, require
 from mmaemu.formats import Fp8Format, OutFormat
-from mmaemu.platform import PROFILES, PUBLISHED_DECISIONS, Problem, get_profile, resolve_splitk
+from mmaemu.platform import PROFILES, RENAMED, Problem, SplitTable, get_profile, profiles, resolve_splitk
 
 E4, E5 = Fp8Format.E4M3, Fp8Format.E5M2
-OUT_CODES = {OutFormat.FLOAT32: 0, OutFormat.BFLOAT16: 1, OutFormat.FLOAT16: 2, OutFormat.E4M3: 3, OutFormat.E5M2: 4}
-FMT_CODES = {E4: 0, E5: 1}
-TABLES = {"hopper": "heur_h100pcie_lt12.8.3.14.npz", "ada": "heur_rtx4060_lt12.8.3.14.npz"}
-WS_1MIB = 1
+OUTS = [OutFormat.FLOAT32, OutFormat.BFLOAT16, OutFormat.FLOAT16, OutFormat.E4M3, OutFormat.E5M2]
+RAW = {"heur_h100pcie_lt12.8.3.14": "hopper", "heur_rtx4060_lt12.8.3.14": "ada"}
+PROFILE_BY_WS = {"hopper": {0: "hopper-ws0", 1: "hopper", 3: "hopper-te"}, "ada": {0: "ada-ws0", 1: "ada", 2: "ada-te"}}
 
 
-def load_table(profile: str) -> dict[str, np.ndarray]:
-    data = np.load(require(RECORDINGS / "splitk" / TABLES[profile]))
-    return {k: data[k] for k in data.files}
+def problem(m: int, n: int, k: int, out: OutFormat = OutFormat.BFLOAT16, fast: bool = True, fa: Fp8Format = E4,
+            fb: Fp8Format = E4) -> Problem:
+    return Problem(m, n, k, fa, fb, out, fast)
 
 
-@pytest.mark.parametrize("row", PUBLISHED_DECISIONS, ids=[r.note[:50] for r in PUBLISHED_DECISIONS])
-def test_published_decisions_are_rows_of_the_recorded_table(row: object) -> None:
-    t = load_table(row.profile)  # type: ignore[attr-defined]
-    sel = (t["N"] == row.n) & (t["K"] == row.k) & (t["ws"] == WS_1MIB)  # type: ignore[attr-defined]
-    sel &= (t["M"] == row.m) if row.m is not None else (t["M"] <= row.m_max)  # type: ignore[attr-defined]
-    pair_sel = np.zeros_like(sel)
-    for fa, fb in row.pairs:  # type: ignore[attr-defined]
-        pair_sel |= (t["fa"] == FMT_CODES[fa]) & (t["fb"] == FMT_CODES[fb])
-    sel &= pair_sel
-    sel &= np.isin(t["out"], [OUT_CODES[o] for o in row.outs])  # type: ignore[attr-defined]
-    sel &= np.isin(t["fast"], [int(f) for f in row.fast])  # type: ignore[attr-defined]
-    assert sel.sum() > 0, "the published decision must be recorded in the table"
-    assert set(t["splitK"][sel].tolist()) == {row.S}  # type: ignore[attr-defined]
-    if row.S > 1:  # type: ignore[attr-defined]
-        assert set(t["custom"][sel].tolist()) == {1}  # RTX 4060: customOption 1 combines pairwise
+def quiet(profile: str, p: Problem) -> mmaemu.SplitDecision:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", mmaemu.MmaemuWarning)
+        return resolve_splitk(get_profile(profile), p)
 
 
-def test_h100_envelope_bound_holds_on_the_recorded_table() -> None:
-    t = load_table("hopper")
-    mn = t["M"].astype(np.int64) * t["N"].astype(np.int64)
-    k = t["K"]
-    in_range = (t["ws"] == WS_1MIB) & (k >= 1024) & (k <= 4_194_304)
-    above = in_range & (((k <= 5120) & (mn > 15_360)) | ((k > 5120) & (mn > 268_004)))
-    assert above.sum() > 100_000
-    assert (t["splitK"][above] == 1).all()
-    # the bound is not vacuous: splits exist just below it
-    assert (t["splitK"][in_range & (mn <= 268_004)] > 1).any()
+@pytest.mark.parametrize("table_id", sorted(RAW))
+def test_every_recorded_row_resolves_to_the_recorded_split(table_id: str) -> None:
+    """All 2,995,864 rows: the shipped table gives each row's S and customOption (vectorised)."""
+    raw = np.load(require(RECORDINGS / "splitk" / f"{table_id}.npz"))
+    table = SplitTable.load(table_id)
+    settings = (raw["fa"].astype(np.int64) << 7) | (raw["fb"].astype(np.int64) << 6) | (raw["out"].astype(np.int64) << 3) \
+        | (raw["fast"].astype(np.int64) << 2) | raw["ws"].astype(np.int64)
+    idx = table.lookup_many(settings, raw["M"], raw["N"], raw["K"])
+    assert (idx >= 0).all()
+    assert np.array_equal(table.S[idx], raw["splitK"])
+    assert np.array_equal(table.custom[idx], raw["custom"])
+    # and through resolve_splitk, under the profile whose workspace matches the row, on a sample
+    rng = np.random.default_rng(0)
+    sample = rng.choice(len(idx), 300, replace=False)
+    split_rows = np.nonzero(raw["splitK"] > 1)[0]
+    sample = np.concatenate([sample, rng.choice(split_rows, 300, replace=False)])
+    family = RAW[table_id]
+    for i in sample:
+        ws = int(raw["ws"][i])
+        if ws not in PROFILE_BY_WS[family]:
+            continue
+        p = problem(int(raw["M"][i]), int(raw["N"][i]), int(raw["K"][i]), OUTS[raw["out"][i]], bool(raw["fast"][i]),
+                    (E4, E5)[raw["fa"][i]], (E4, E5)[raw["fb"][i]])
+        d = quiet(PROFILE_BY_WS[family][ws], p)
+        assert (d.S, d.source) == (int(raw["splitK"][i]), "table")
+        expected_scheme = "none" if d.S == 1 else ("contiguous" if family == "hopper" else
+                                                     ("pairwise" if raw["custom"][i] == 1 else "serial"))
+        assert d.scheme == expected_scheme
 
 
-def problem(m: int, n: int, k: int, out: OutFormat = OutFormat.BFLOAT16, fast: bool = True, fa: Fp8Format = E4) -> Problem:
-    return Problem(m, n, k, fa, E4, out, fast)
+def test_shipped_tables_match_a_fresh_conversion() -> None:
+    require(RECORDINGS / "splitk")
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    tool = Path(__file__).resolve().parents[1] / "tools" / "convert_splitk.py"
+    done = subprocess.run([sys.executable, str(tool), "--check", "--recordings", str(RECORDINGS / "splitk")],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
 
 
-def test_resolve_splitk_cases_from_the_seeds() -> None:
-    hopper, ada = get_profile("hopper"), get_profile("ada")
-    d = resolve_splitk(hopper, problem(64, 5760, 1920))
+def test_tables_record_the_profiles_platforms() -> None:
+    for p in profiles():
+        if p.table_id:
+            info = SplitTable.load(p.table_id).info
+            assert (info["gpu"], info["sm_count"], info["cublaslt"]) == (p.gpu, p.sm_count, p.cublaslt)
+
+
+def test_cases_from_the_seeds() -> None:
+    d = quiet("hopper", problem(64, 5760, 1920))
     assert (d.S, d.scheme, d.source, d.verified) == (1, "none", "table", True)
     with pytest.raises(mmaemu.SplitKUnknownError, match="explain"):
-        resolve_splitk(hopper, problem(16, 256, 128))
-    d = resolve_splitk(ada, problem(16, 128, 8192, fast=True))
-    assert (d.S, d.scheme) == (8, "pairwise")
-    d = resolve_splitk(ada, problem(16, 128, 8192, fast=False))
-    assert (d.S, d.scheme) == (12, "pairwise")
-    assert resolve_splitk(ada, problem(64, 256, 1920, out=OutFormat.FLOAT16, fast=False)).S == 1
-    with pytest.raises(mmaemu.SplitKUnknownError):
-        resolve_splitk(ada, problem(16, 128, 8192, out=OutFormat.FLOAT16, fast=True))  # S = 6 there: not published
+        quiet("hopper", problem(16, 256, 128))  # K below the envelope's range, not in the table
+    assert quiet("ada", problem(16, 128, 8192)).S == 8
+    d = quiet("ada", problem(16, 128, 8192, fast=False))
+    assert (d.S, d.scheme, d.source) == (12, "pairwise", "table")
+    assert quiet("ada", problem(16, 128, 8192, fast=True)).scheme == "pairwise"
+    assert quiet("ada", problem(64, 256, 1920)).S == 1
+    for k, n in ((1920, 5760), (8192, 24576)):  # Evo 2 projections, hopper-te and ada-te, M up to 8,192
+        for m in (1, 7, 100, 2048, 8192):
+            for prof in ("hopper-te", "ada-te"):
+                assert quiet(prof, problem(m, n, k)).S == 1
 
 
-def test_envelope_and_strict_mode(monkeypatch: pytest.MonkeyPatch) -> None:
-    hopper = get_profile("hopper")
-    d = resolve_splitk(hopper, problem(128, 4096, 3072))
-    assert (d.S, d.source) == (1, "envelope")
-    assert resolve_splitk(hopper, problem(17, 16_384, 8192)).source == "envelope"  # 278,528 > 268,004
-    with pytest.raises(mmaemu.SplitKUnknownError):
-        resolve_splitk(hopper, problem(16, 16_384, 8192))  # 262,144 <= 268,004
-    with pytest.raises(mmaemu.SplitKUnknownError):
-        resolve_splitk(hopper, problem(4096, 4096, 512))  # K below the envelope's range
+def test_workspace0_source() -> None:
+    d = quiet("hopper-ws0", problem(3, 4096, 999_936))
+    assert (d.S, d.source) == (1, "workspace0")
+
+
+def test_h100_envelope_break_points(monkeypatch: pytest.MonkeyPatch) -> None:
+    hopper = "hopper"
+    table = SplitTable.load("heur_h100pcie_lt12.8.3.14")
+    bounds = next(b for b in table.info["envelope"]["bounds"]
+                  if (b["ws"], b["out"], b["fast"], b["fmt_a"], b["fmt_b"]) == (1 << 20, "bfloat16", True, "e4m3", "e4m3"))
+    grid = table.info["envelope"]["K_grid"]
+
+    def bound(k: int) -> int:
+        return int(bounds["B"][int(np.searchsorted(grid, k))])
+
+    for k in (1024, 5120, 5136, 16384, 65536, 4_194_304):
+        b = bound(k)
+        n = 64
+        m_above = b // n + 1  # M*N just above the bound, with shapes off the table (M odd)
+        if m_above % 2 == 0:
+            m_above += 1
+        d = quiet(hopper, problem(m_above, n, k))
+        assert d.source in ("envelope", "table") and d.S == 1
+        m_below = b // n - 1
+        if m_below * n <= b and table.lookup(SplitTable.setting(E4, E4, OutFormat.BFLOAT16, True, 1), m_below, n, k) is None:
+            with pytest.raises(mmaemu.SplitKUnknownError):
+                quiet(hopper, problem(m_below, n, k))
+    assert bound(1024) == 15_360 and bound(5120) == 15_360 and bound(5136) > 15_360
+    for k in (1023, 4_194_305):  # just outside the envelope's K range
+        with pytest.raises(mmaemu.SplitKUnknownError):
+            quiet(hopper, problem(4095, 4097, k))
     monkeypatch.setenv("MMAEMU_SPLITK_STRICT", "1")
     with pytest.raises(mmaemu.SplitKUnknownError):
-        resolve_splitk(hopper, problem(128, 4096, 3072))
+        quiet(hopper, problem(4095, 4097, 3000))
 
 
-def test_profiles_and_default(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert set(PROFILES) == {"hopper", "ada"}
+def test_rtx4060_envelope_is_twice_the_largest_split() -> None:
+    table = SplitTable.load("heur_rtx4060_lt12.8.3.14")
+    stats = table.setting_stats(1 << 20, OutFormat.BFLOAT16, True, E4, E4)
+    assert stats is not None
+    bound = 2 * stats["max_split_MN"]
+    d = quiet("ada", problem(bound // 16 + 1, 16, 3000))
+    assert (d.S, d.source) == (1, "envelope")
+    with pytest.raises(mmaemu.SplitKUnknownError):
+        quiet("ada", problem(bound // 16 - 1, 16, 3000))
+
+
+def test_warnings_of_decisions() -> None:
+    te = get_profile("hopper-te")
+    with pytest.warns(mmaemu.UnvalidatedEnvelopeWarning):
+        d = resolve_splitk(te, problem(4095, 4097, 3000))
+    assert (d.source, d.verified) == ("envelope", False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert resolve_splitk(get_profile("hopper"), problem(4095, 4097, 3000)).verified
+    # S > 1 under Transformer Engine is experimental
+    table = SplitTable.load("heur_rtx4060_lt12.8.3.14")
+    s = SplitTable.setting(E4, E4, OutFormat.BFLOAT16, True, 2)
+    lo, hi = int(table.setting_start[s]), int(table.setting_start[s + 1])
+    row = lo + int(np.nonzero(table.S[lo:hi] > 1)[0][0])
+    key = int(table.key[row])
+    m, n, k = key >> 42, (key >> 21) & ((1 << 21) - 1), key & ((1 << 21) - 1)
+    with pytest.warns(mmaemu.UnverifiedSplitWarning, match="Transformer Engine"):
+        resolve_splitk(get_profile("ada-te"), problem(m, n, k))
+    # an explicit split never replayed on hardware warns
+    a = torch.ones(16, 256).to(torch.float8_e4m3fn)
+    with pytest.warns(mmaemu.UnverifiedSplitWarning, match="not been replayed"):
+        mmaemu.scaled_mm(a, a.t(), torch.tensor(1.0), torch.tensor(1.0), out_dtype=torch.bfloat16, splitk=(2, "pairwise"))
+
+
+def test_profiles_registry() -> None:
+    assert list(PROFILES) == ["hopper", "hopper-te", "hopper-ws0", "ada", "ada-te", "ada-ws0", "hopper-experimental",
+                              "b200-mma-sync-experimental"]
+    assert get_profile("hopper-te").workspace_bytes == 32 << 20 and get_profile("ada-te").workspace_bytes == 4 << 20
+    for old, new in RENAMED.items():
+        with pytest.raises(KeyError, match=new):
+            get_profile(old)
+    with pytest.raises(ValueError, match="accepted: 'hopper'"):
+        get_profile("h100")
+    with pytest.warns(mmaemu.ExperimentalPresetWarning):
+        p = get_profile("hopper-experimental")
+    with pytest.raises(mmaemu.SplitKUnknownError, match="no split-K table"):
+        resolve_splitk(p, problem(64, 5760, 1920))
+
+
+def test_default_profile_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     assert get_profile(None).name == "hopper"
     monkeypatch.setenv("MMAEMU_PROFILE", "ada")
     assert get_profile(None).name == "ada"
-    with pytest.raises(ValueError, match="accepted: 'hopper', 'ada'"):
-        get_profile("h100")
-    assert "114" in repr(PROFILES["hopper"]) and "RTX 4060" in repr(PROFILES["ada"])
 
 
-def test_scaled_mm_auto_split_raises_and_explicit_works() -> None:
-    a = torch.ones(16, 128).to(torch.float8_e4m3fn)
-    b = torch.ones(256, 128).to(torch.float8_e4m3fn)
-    one = torch.tensor(1.0)
-    with pytest.raises(mmaemu.SplitKUnknownError):
-        mmaemu.scaled_mm(a, b.t(), one, one, out_dtype=torch.bfloat16)
-    y = mmaemu.scaled_mm(a, b.t(), one, one, out_dtype=torch.bfloat16, splitk=1)
-    assert torch.equal(y, torch.full((16, 256), 128.0, dtype=torch.bfloat16))
+def test_lookup_speed_is_reported() -> None:
+    """Not a timed assertion: the figures are printed (see tools/bench_splitk.py for the benchmark)."""
+    table = SplitTable.load("heur_h100pcie_lt12.8.3.14")
+    s = SplitTable.setting(E4, E4, OutFormat.BFLOAT16, True, 1)
+    start = time.perf_counter()
+    for _ in range(1000):
+        table.lookup(s, 64, 5760, 1920)
+    print(f"lookup: {(time.perf_counter() - start) * 1e3:.1f} us per call")
+    assert table.lookup(s, 64, 5760, 1920) is not None

@@ -1,0 +1,181 @@
+"""Convert the recorded split-K tables (../shared/recordings/splitk) into mmaemu's package data.
+
+Usage::
+
+    python tools/convert_splitk.py [--recordings ../shared/recordings/splitk] [--out mmaemu/data/splitk]
+    python tools/convert_splitk.py --check    # exit 1 if the shipped data differ from a fresh conversion
+
+For each table ``heur_<gpu>_lt<version>`` it writes:
+
+- ``<table_id>.npz``: binary columns sorted by (setting, M, N, K): ``key`` (int64, M << 42 | N << 21 | K),
+  ``setting_start`` (int64 [257]: the rows of setting s are ``setting_start[s]:setting_start[s + 1]``),
+  ``S`` and ``custom`` and ``reduction`` (uint8). A setting packs (fa, fb, out, fast, ws) into one byte.
+- ``<table_id>.json``: provenance (source file and sha256, recording device and versions), the settings'
+  split statistics, the envelope (H100: bounds per setting and K grid; RTX 4060: twice the setting's
+  largest split M*N), the rejected combinations, and the split combinations replayed on hardware.
+
+Only numbers and provenance are carried over, not the prose of the recordings' metadata.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import io
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_SRC = ROOT.parent / "shared" / "recordings" / "splitk"
+DEFAULT_OUT = ROOT / "mmaemu" / "data" / "splitk"
+FORMAT = "mmaemu-splitk/1"
+OUT_NAMES = ["float32", "bfloat16", "float16", "float8_e4m3fn", "float8_e5m2"]
+WS_BYTES = [0, 1 << 20, 4 << 20, 32 << 20]
+FIELD_BITS = 21
+
+
+def setting_code(fa: Any, fb: Any, out: Any, fast: Any, ws: Any) -> Any:
+    """One byte per setting: fa (1 bit), fb (1), out (3), fast (1), ws (2)."""
+    return (fa << 7) | (fb << 6) | (out << 3) | (fast << 2) | ws
+
+
+def pack_key(m: Any, n: Any, k: Any) -> Any:
+    return (np.asarray(m, np.int64) << (2 * FIELD_BITS)) | (np.asarray(n, np.int64) << FIELD_BITS) | np.asarray(k, np.int64)
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def convert_table(npz_path: Path, json_path: Path, combos_path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    data = np.load(npz_path)
+    meta = json.loads(json_path.read_text())
+    for col in ("M", "N", "K"):
+        assert int(data[col].max()) < (1 << FIELD_BITS), col
+    setting = setting_code(
+        data["fa"].astype(np.int64), data["fb"].astype(np.int64), data["out"].astype(np.int64),
+        data["fast"].astype(np.int64), data["ws"].astype(np.int64),
+    )
+    key = pack_key(data["M"], data["N"], data["K"])
+    order = np.lexsort((key, setting))
+    setting, key = setting[order], key[order]
+    assert np.unique(np.stack([setting, key]), axis=1).shape[1] == len(key), "duplicate keys"
+    starts = np.searchsorted(setting, np.arange(257), side="left").astype(np.int64)
+    arrays = {
+        "key": key.astype(np.int64),
+        "setting_start": starts,
+        "S": data["splitK"][order].astype(np.uint8),
+        "custom": data["custom"][order].astype(np.uint8),
+        "reduction": data["reduction"][order].astype(np.uint8),
+    }
+    combos = json.loads(combos_path.read_text())
+    device = meta["profile_device"]
+    info: dict[str, Any] = {
+        "format": FORMAT,
+        "table_id": meta["table_id"],
+        "gpu": device["gpu"],
+        "sm_count": device["sm_count"],
+        "capability": device["capability"],
+        "cublaslt": device["cublaslt"],
+        "torch": device["torch"],
+        "driver": device["driver"],
+        "rows": int(len(key)),
+        "split_rows": int((arrays["S"] > 1).sum()),
+        "key": "M << 42 | N << 21 | K within a setting; setting = fa << 7 | fb << 6 | out << 3 | fast << 2 | ws",
+        "codes": {"fmt": ["e4m3", "e5m2"], "out": OUT_NAMES, "ws_bytes": WS_BYTES},
+        "source": {
+            "npz": npz_path.name, "npz_sha256": sha256(npz_path),
+            "json": json_path.name, "json_sha256": sha256(json_path),
+            "combos": combos_path.name, "combos_sha256": sha256(combos_path),
+            "origin": "mmaemu 0.1.0 (PyPI) recordings, Apache-2.0, Copyright 2026 Xun Ding and the mmaemu contributors",
+            "descriptor": meta.get("descriptor"),
+        },
+        "settings": [
+            {k: s[k] for k in ("ws", "out", "fast", "fmt_a", "fmt_b", "rows", "split_rows", "S_values", "max_split_MN", "min_split_K")}
+            for s in meta["settings"]
+        ],
+        "rejects": [{k: r[k] for k in ("fmt_a", "fmt_b", "out")} for r in meta.get("rejects", [])],
+        "verified_combos": sorted(
+            [[bool(c["fast"]), int(c["S"]), c["scheme"], c["out"], c["fmt_pair"]] for c in combos["combos"] if c["verified"]]
+        ),
+    }
+    env = meta.get("envelope")
+    if env is not None:
+        info["envelope"] = {
+            "kind": "k_grid",
+            "claim": "S = 1 when M * N > B(setting, K) and K_min <= K <= K_max; K takes the B of the smallest grid K >= K",
+            "K_grid": [int(k) for k in env["K_grid"]],
+            "K_min": int(env["K_min"]),
+            "K_max": int(env["K_max"]),
+            "bounds": [
+                {"ws": b["ws"], "out": b["out"], "fast": b["fast"], "fmt_a": b["fmt_a"], "fmt_b": b["fmt_b"], "B": [int(x) for x in b["B"]]}
+                for b in env["bounds"]
+            ],
+            "validation": {
+                ws: {k: v[k] for k in ("status", "tested", "split_above_bound", "rows")}
+                for ws, v in env["validation"].items()
+            },
+        }
+    else:
+        info["envelope"] = {
+            "kind": "twice_max_split_mn",
+            "claim": "S = 1 when M * N > 2 * max_split_MN of the setting (in 1,512,000 live queries none split above 1.27 times it)",
+        }
+    return arrays, info
+
+
+def convert(src: Path) -> dict[str, tuple[dict[str, np.ndarray], dict[str, Any]]]:
+    out = {}
+    for npz_path in sorted(src.glob("heur_*.npz")):
+        stem = npz_path.stem  # heur_<gpu>_lt<version>
+        gpu_version = stem[len("heur_"):]
+        combos = src / f"verified_split_combos_{gpu_version}.json"
+        arrays, info = convert_table(npz_path, src / f"{stem}.json", combos)
+        out[info["table_id"]] = (arrays, info)
+    return out
+
+
+def serialise(arrays: dict[str, np.ndarray], info: dict[str, Any]) -> tuple[bytes, bytes]:
+    buf = io.BytesIO()
+    np.savez_compressed(buf, **arrays)
+    return buf.getvalue(), (json.dumps(info, indent=1, sort_keys=True) + "\n").encode()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--recordings", type=Path, default=DEFAULT_SRC)
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--check", action="store_true", help="compare the shipped data with a fresh conversion")
+    args = parser.parse_args(argv)
+    tables = convert(args.recordings)
+    if not tables:
+        print(f"no tables found in {args.recordings}", file=sys.stderr)
+        return 2
+    stale = []
+    for table_id, (arrays, info) in tables.items():
+        npz_path, json_path = args.out / f"{table_id}.npz", args.out / f"{table_id}.json"
+        if args.check:
+            shipped = np.load(npz_path)
+            same = json.loads(json_path.read_text()) == json.loads(json.dumps(info)) and all(
+                np.array_equal(shipped[k], v) for k, v in arrays.items()
+            )
+            if not same:
+                stale.append(table_id)
+            continue
+        args.out.mkdir(parents=True, exist_ok=True)
+        npz_bytes, json_bytes = serialise(arrays, info)
+        npz_path.write_bytes(npz_bytes)
+        json_path.write_bytes(json_bytes)
+        print(f"{table_id}: {info['rows']:,} rows ({info['split_rows']:,} split) -> {npz_path} ({len(npz_bytes):,} bytes)")
+    if stale:
+        print(f"shipped split-K data differ from the recordings: {stale}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
