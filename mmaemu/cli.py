@@ -80,6 +80,32 @@ def _explain(args: argparse.Namespace) -> int:
     return 0 if plan.ok else 1
 
 
+def _info(args: argparse.Namespace) -> int:
+    import platform as host
+
+    import numpy
+
+    from . import cublaslt
+    from .platform import profiles
+
+    print(f"mmaemu {__version__}; torch {torch.__version__}; numpy {numpy.__version__}; Python {host.python_version()}")
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        print(f"device: {props.name}, sm_{props.major}{props.minor}, {props.multi_processor_count} SMs")
+    else:
+        print(f"device: CPU only ({host.machine()}, {torch.get_num_threads()} threads); no CUDA device")
+    usable, reason = cublaslt.available()
+    print(f"cuBLASLt: {cublaslt.cublaslt_version() or 'not found'} ({'usable' if usable else reason})")
+    print("profiles (reference platform; whether this machine is it, for live split-K queries):")
+    for p in profiles():
+        here = p.table_id is not None and cublaslt.reference_platform_matches(p.gpu, p.sm_count, p.cublaslt)
+        print(f"  {p.name:28s} {p.maturity.value:12s} {p.gpu}, cuBLASLt {p.cublaslt}, {p.caller.value}: "
+              f"{'this machine' if here else 'not this machine'}")
+    print("backends:")
+    print("  reference  available: exact torch model, runs on any device (CPU and CUDA)")
+    return 0
+
+
 def _parse_splitk(text: str) -> object:
     if text.isdigit():
         return int(text)
@@ -104,6 +130,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ex.add_argument("--fmt", default="e4m3,e4m3", help="formats of mat1,mat2 (default e4m3,e4m3)")
     ex.add_argument("--splitk", default="auto", help="auto (default), 1, or S,scheme (e.g. 4,pairwise)")
     ex.set_defaults(run=_explain)
+    info = sub.add_parser("info", help="versions, device, matching profiles and backend status")
+    info.set_defaults(run=_info)
     args = parser.parse_args(argv)
     return int(args.run(args))
 

@@ -27,7 +27,7 @@ import os
 import warnings
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -56,7 +56,7 @@ __all__ = [
     "resolve_splitk",
     "split_warnings",
     "combo_verified",
-    "LIVE_QUERY_HOOK",
+    "live_query",
 ]
 
 MIB = 1 << 20
@@ -363,8 +363,37 @@ def get_profile(profile: str | Profile | None, *, warn: bool = True) -> Profile:
     return found
 
 
-#: Set by :mod:`mmaemu.cublaslt` on the reference platform: ``hook(profile, problem) -> (S, custom)``.
-LIVE_QUERY_HOOK: list[Callable[[Profile, Problem], tuple[int, int] | None]] = []
+@functools.lru_cache(maxsize=None)
+def _live_query_tool(gpu: str, sm_count: int, cublaslt: str) -> Any:
+    """A cuBLASLt handle when this process runs on that reference platform, else None (cached)."""
+    from . import cublaslt as lt
+
+    if not lt.reference_platform_matches(gpu, sm_count, cublaslt):
+        return None
+    try:
+        return lt.CublasLt()
+    except Exception:  # noqa: BLE001 - no live query where cuBLASLt cannot be used
+        return None
+
+
+def live_query(profile: Profile, problem: Problem) -> tuple[int, int] | None:
+    """``(S, customOption)`` from cuBLASLt's heuristic, only on the profile's own reference platform.
+
+    Off the reference platform (another GPU, SM count or cuBLASLt version, or no GPU) it returns
+    None without loading anything but torch's CUDA probe. A rejected configuration also gives None.
+    """
+    if profile.table_id is None:
+        return None
+    tool = _live_query_tool(profile.gpu, profile.sm_count, profile.cublaslt)
+    if tool is None:
+        return None
+    from .cublaslt import HeuristicQuery
+
+    result = tool.query(HeuristicQuery(
+        m=problem.m, n=problem.n, k=problem.k, dtype_a=problem.fmt_a.dtype, dtype_b=problem.fmt_b.dtype,
+        out_dtype=problem.out.dtype, use_fast_accum=problem.fast, workspace_bytes=profile.workspace_bytes,
+    ))
+    return (int(result.splitk), int(result.custom_option)) if result.ok else None
 
 
 def _scheme(profile: Profile, s: int, custom: int) -> Scheme:
@@ -465,13 +494,12 @@ def _decide(profile: Profile, problem: Problem) -> SplitDecision:
     if profile.workspace_bytes == 0:
         return SplitDecision(1, Scheme.NONE.value, SplitSource.WORKSPACE0.value, True, None,
                              "cuBLAS never splits K without a workspace (653,400 H100 queries, none split)")
-    for hook in LIVE_QUERY_HOOK:
-        answer = hook(profile, problem)
-        if answer is not None:
-            s, custom = answer
-            scheme = _scheme(profile, s, custom)
-            return SplitDecision(s, scheme.value, SplitSource.LIVE_QUERY.value, combo_verified(profile, problem, s, scheme),
-                                 None, f"cuBLASLt heuristic queried on this {profile.gpu} (customOption {custom})")
+    answer = live_query(profile, problem)
+    if answer is not None:
+        s, custom = answer
+        scheme = _scheme(profile, s, custom)
+        return SplitDecision(s, scheme.value, SplitSource.LIVE_QUERY.value, combo_verified(profile, problem, s, scheme),
+                             None, f"cuBLASLt heuristic queried on this {profile.gpu} (customOption {custom})")
     if table is not None and os.environ.get("MMAEMU_SPLITK_STRICT") != "1":
         inferred = _envelope(profile, problem, table)
         if inferred is not None:

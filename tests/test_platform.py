@@ -196,3 +196,17 @@ def test_lookup_speed_is_reported() -> None:
         table.lookup(s, 64, 5760, 1920)
     print(f"lookup: {(time.perf_counter() - start) * 1e3:.1f} us per call")
     assert table.lookup(s, 64, 5760, 1920) is not None
+
+
+def test_live_query_source(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the reference platform a live cuBLASLt answer decides shapes off the table (simulated here)."""
+    import mmaemu.platform as plat
+
+    assert plat.live_query(get_profile("hopper"), problem(16, 256, 128)) is None  # not the reference GPU
+    monkeypatch.setattr(plat, "live_query", lambda profile, p: (3, 1))
+    table = SplitTable.load("heur_rtx4060_lt12.8.3.14")
+    assert table.lookup(SplitTable.setting(E4, E4, OutFormat.BFLOAT16, True, 1), 3, 48, 13_008) is None
+    d = quiet("ada", problem(3, 48, 13_008))
+    assert (d.S, d.scheme, d.source) == (3, "pairwise", "live-query")
+    d = quiet("hopper", problem(16, 256, 128))
+    assert (d.S, d.scheme, d.source) == (3, "contiguous", "live-query")
