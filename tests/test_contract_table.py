@@ -256,3 +256,19 @@ def cross_check_torch_cpu(row: Row, result: Any, kwargs: dict[str, Any]) -> None
 def test_at_least_forty_rows() -> None:
     assert len(ROWS) >= 40
     assert len({r.id for r in ROWS}) == len(ROWS)
+
+
+def test_deterministic_and_device_independent() -> None:
+    """The same call twice gives the same bits; every intermediate is exact, so no device can differ."""
+    gen = torch.Generator().manual_seed(3)
+    a = (torch.randn(17, 256, generator=gen) * 50).to(E4)
+    b = (torch.randn(48, 256, generator=gen) * 50).to(E5)
+    sa, sb = torch.tensor(0.37), torch.tensor(1.9)
+    first = mmaemu.scaled_mm(a, b.t(), sa, sb, out_dtype=torch.float16, splitk=(3, "pairwise"), profile="ada")
+    again = mmaemu.scaled_mm(a, b.t(), sa, sb, out_dtype=torch.float16, splitk=(3, "pairwise"), profile="ada")
+    mmaemu.testing.assert_bitwise_equal(first, again)
+    # a different memory layout of the same values (padded mat1) gives the same bits
+    padded = torch.zeros(17, 272, dtype=torch.uint8).view(E4)
+    padded[:, :256] = a
+    third = mmaemu.scaled_mm(padded[:, :256], b.t(), sa, sb, out_dtype=torch.float16, splitk=(3, "pairwise"), profile="ada")
+    mmaemu.testing.assert_bitwise_equal(first, third)

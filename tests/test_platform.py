@@ -61,6 +61,32 @@ def test_every_recorded_row_resolves_to_the_recorded_split(table_id: str) -> Non
         assert d.scheme == expected_scheme
 
 
+@pytest.mark.parametrize("table_id", sorted(RAW))
+def test_every_workspace_and_customoption_resolves(table_id: str) -> None:
+    """One row of each (workspace, customOption, split or not) resolves to its S and scheme, under the
+    profile of that workspace or a variant of it (H100 at 4 MiB, RTX 4060 at 32 MiB)."""
+    import dataclasses
+
+    raw = np.load(require(RECORDINGS / "splitk" / f"{table_id}.npz"))
+    family = RAW[table_id]
+    code = raw["ws"].astype(np.int64) * 512 + raw["custom"].astype(np.int64) * 2 + (raw["splitK"] > 1)
+    _, first = np.unique(code, return_index=True)
+    combos = {(int(raw["ws"][i]), int(raw["custom"][i]), bool(raw["splitK"][i] > 1)): int(i) for i in first}
+    base_profile = get_profile(family)
+    for (ws, custom, split), i in combos.items():
+        name = PROFILE_BY_WS[family].get(ws)
+        profile = get_profile(name) if name else dataclasses.replace(
+            base_profile, name=f"{family}-ws{ws}", workspace_bytes=[0, 1 << 20, 4 << 20, 32 << 20][ws])
+        p = problem(int(raw["M"][i]), int(raw["N"][i]), int(raw["K"][i]), OUTS[raw["out"][i]], bool(raw["fast"][i]),
+                    (E4, E5)[raw["fa"][i]], (E4, E5)[raw["fb"][i]])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", mmaemu.MmaemuWarning)
+            d = resolve_splitk(profile, p)
+        assert (d.S, d.source) == (int(raw["splitK"][i]), "table")
+        if split:
+            assert d.scheme == ("contiguous" if family == "hopper" else ("pairwise" if custom == 1 else "serial"))
+
+
 def test_shipped_tables_match_a_fresh_conversion() -> None:
     require(RECORDINGS / "splitk")
     import subprocess
