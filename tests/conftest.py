@@ -35,8 +35,14 @@ def require(path: Path) -> Path:
     return path
 
 
-#: Every exactness test runs on each backend listed here.
+#: Every exactness test runs on each backend listed here (cpu needs numba, a test extra).
 BACKENDS = ["reference"]
+try:
+    import numba  # noqa: F401
+
+    BACKENDS.append("cpu")
+except ImportError:  # pragma: no cover
+    pass
 
 
 @pytest.fixture(params=BACKENDS, scope="session")

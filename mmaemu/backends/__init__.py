@@ -1,7 +1,9 @@
 """Backends: interchangeable executors of the same exact model.
 
 Every backend returns exactly the reference model's bits. ``backend="auto"`` picks the fastest
-available backend for the operands' device; today that is always ``reference``.
+available backend for the operands' device; today that is ``reference`` everywhere: the compiled
+``cpu`` backend is exact but not yet fast enough to be chosen automatically, so it runs only when
+named (``backend="cpu"``).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import torch
 
 from ..accumulation import AccumulationPlan
 from ..model import Preset
-from . import reference
+from . import cpu, reference
 
 __all__ = ["Backend", "resolve_backend", "accumulator_function"]
 
@@ -23,6 +25,7 @@ class Backend(enum.Enum):
 
     AUTO = "auto"
     REFERENCE = "reference"
+    CPU = "cpu"
 
 
 AccumulateFn = Callable[[torch.Tensor, torch.Tensor, Preset, AccumulationPlan], torch.Tensor]
@@ -49,4 +52,6 @@ def accumulator_function(backend: Backend) -> AccumulateFn:
     """The accumulate function of a concrete backend."""
     if backend is Backend.REFERENCE:
         return reference.accumulate
+    if backend is Backend.CPU:
+        return cpu.accumulate
     raise ValueError(f"not a concrete backend: {backend}")
