@@ -31,11 +31,12 @@ from ..errors import BackendUnavailableError
 from ..model import CMode, Preset, Rounding
 from . import reference
 
-__all__ = ["accumulate", "NAME", "available", "N_TILE"]
+__all__ = ["accumulate", "NAME", "available", "N_TILE", "M_TILE"]
 
 NAME = "cpu"
-#: Outputs per tile (one row of the output).
-N_TILE = 512
+#: Output tile: M_TILE rows x N_TILE columns per task.
+N_TILE = 256
+M_TILE = 64
 _SENTINEL = -(1 << 20)
 
 try:  # pragma: no cover - exercised where numba is installed (a dependency)
@@ -107,80 +108,85 @@ if numba is not None:
         m_rows = ea.shape[0]
         n_cols = eb_t.shape[1]
         n_tiles = (n_cols + N_TILE - 1) // N_TILE
+        m_tiles = (m_rows + M_TILE - 1) // M_TILE
         n_chains = chain_part.shape[0]
         shift0 = frac - 6
         keep = min(frac, 23) + 1
-        for t in prange(m_rows * n_tiles):
-            m = t // n_tiles
+        # one task per (M tile, N tile): a block of B (block x N_TILE operands) is loaded once
+        # from memory and reused by every row of the M tile while it sits in cache
+        for t in prange(m_tiles * n_tiles):
+            m0 = (t // n_tiles) * M_TILE
+            mm = min(M_TILE, m_rows - m0)
             n0 = (t % n_tiles) * N_TILE
             nn = min(N_TILE, n_cols - n0)
-            partial = np.zeros((n_parts, nn), dtype=np.float32)
-            c = np.zeros(nn, dtype=np.float32)
+            partial = np.zeros((n_parts, mm, nn), dtype=np.float32)
+            c = np.zeros((mm, nn), dtype=np.float32)
             c_bits = c.view(np.int32)
             emax = np.empty(nn, dtype=np.int32)
             acc = np.empty(nn, dtype=np.int32)
             for ch in range(n_chains):
-                c[:] = 0.0
+                c[:, :] = 0.0
                 start, stop = chain_start[ch], chain_start[ch + 1]
                 for b0 in range(start, stop, block):
                     b1 = min(b0 + block, stop)
-                    # the block maximum: c's exponent, then every product's
-                    for j in range(nn):
-                        if c[j] != 0.0:
-                            bits = c_bits[j]
-                            emax[j] = max(((bits >> 23) & 0xFF) - 127, -126)
-                        else:
-                            emax[j] = _SENTINEL
-                    for idx in range(b0, b1):
-                        k = kseq[idx]
-                        if sa[m, k] == 0:
-                            continue
-                        eak = ea[m, k]
-                        erow = eb_t[k, n0:n0 + nn]
+                    for i in range(mm):
+                        m = m0 + i
+                        # the block maximum: c's exponent, then every nonzero product's
                         for j in range(nn):
-                            emax[j] = max(emax[j], np.int32(eak + erow[j]))
-                    # the accumulator's term, truncated toward zero to the block's grid
-                    for j in range(nn):
-                        cv = c[j]
-                        if cv == 0.0:
-                            acc[j] = 0
-                        else:
-                            bits = c_bits[j]
-                            field = (bits >> 23) & 0xFF
-                            csig = np.int64((bits & 0x7FFFFF) | (0x800000 if field != 0 else 0))
-                            ec = max(field - 127, -126)
-                            sh = 23 - frac + emax[j] - ec
-                            mag = csig >> sh if sh < 63 else 0
-                            acc[j] = np.int32(-mag if bits < 0 else mag)
-                    # the products' terms
-                    for idx in range(b0, b1):
-                        k = kseq[idx]
-                        sak = sa[m, k]
-                        if sak == 0:
-                            continue
-                        eak = ea[m, k]
-                        erow = eb_t[k, n0:n0 + nn]
-                        srow = sb_t[k, n0:n0 + nn]
-                        base = np.int32(shift0 + eak)
+                            bits = c_bits[i, j]
+                            if bits & 0x7FFFFFFF != 0:
+                                emax[j] = max(((bits >> 23) & 0xFF) - 127, -126)
+                            else:
+                                emax[j] = _SENTINEL
+                        for idx in range(b0, b1):
+                            k = kseq[idx]
+                            if sa[m, k] == 0:
+                                continue
+                            eak = np.int32(ea[m, k])
+                            erow = eb_t[k, n0:n0 + nn]
+                            for j in range(nn):
+                                emax[j] = max(emax[j], np.int32(eak + erow[j]))
+                        # the accumulator's term, truncated toward zero to the block's grid
                         for j in range(nn):
-                            pm = np.int32(sak * srow[j])
-                            sh = np.int32(base - emax[j] + erow[j])
-                            neg = np.int32(pm >> 31)  # 0 or -1
-                            mag = np.int32((pm ^ neg) - neg)
-                            left = np.int32(max(sh, 0))
-                            right = np.int32(min(max(-sh, 0), 31))
-                            q = np.int32(np.int32(mag << left) >> right)
-                            acc[j] += np.int32((q ^ neg) - neg)
-                    for j in range(nn):
-                        c[j] = _normalise(np.int64(acc[j]), np.int64(emax[j] - frac), keep)
+                            bits = c_bits[i, j]
+                            if bits & 0x7FFFFFFF == 0:
+                                acc[j] = 0
+                            else:
+                                field = (bits >> 23) & 0xFF
+                                csig = (bits & 0x7FFFFF) | (0x800000 if field != 0 else 0)
+                                sh = 23 - frac + emax[j] - max(field - 127, -126)
+                                mag = csig >> sh if sh < 31 else 0
+                                acc[j] = np.int32(-mag if bits < 0 else mag)
+                        # the products' terms, truncated toward zero (sign-magnitude)
+                        for idx in range(b0, b1):
+                            k = kseq[idx]
+                            sak = np.int32(sa[m, k])
+                            if sak == 0:
+                                continue
+                            erow = eb_t[k, n0:n0 + nn]
+                            srow = sb_t[k, n0:n0 + nn]
+                            base = np.int32(shift0 + ea[m, k])
+                            for j in range(nn):
+                                pm = np.int32(sak * srow[j])
+                                sh = np.int32(base - emax[j] + erow[j])
+                                neg = np.int32(pm >> 31)  # 0 or -1
+                                mag = np.int32((pm ^ neg) - neg)
+                                left = np.int32(max(sh, 0))
+                                right = np.int32(min(max(-sh, 0), 31))
+                                q = np.int32(np.int32(mag << left) >> right)
+                                acc[j] += np.int32((q ^ neg) - neg)
+                        for j in range(nn):
+                            c[i, j] = _normalise(np.int64(acc[j]), np.int64(emax[j] - frac), keep)
                 p = chain_part[ch]
+                for i in range(mm):
+                    for j in range(nn):
+                        partial[p, i, j] = partial[p, i, j] + c[i, j]  # fp32: chain results in K order from +0
+            for i in range(mm):
                 for j in range(nn):
-                    partial[p, j] = partial[p, j] + c[j]  # fp32: chain results in K order from +0
-            for j in range(nn):
-                total = partial[order[0], j]
-                for i in range(1, n_parts):
-                    total = total + partial[order[i], j]
-                out[m, n0 + j] = total
+                    total = partial[order[0], i, j]
+                    for q in range(1, n_parts):
+                        total = total + partial[order[q], i, j]
+                    out[m0 + i, n0 + j] = total
 
 
 def _flatten(plan: AccumulationPlan) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
