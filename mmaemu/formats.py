@@ -20,6 +20,7 @@ __all__ = [
     "OutFormat",
     "DecodedFp8",
     "decode_fp8",
+    "fp8_nan_mask",
     "fp8_format_of",
     "out_format_of",
     "fp32_exponent",
@@ -214,6 +215,13 @@ class DecodedFp8:
     negative: torch.Tensor
     is_nan: torch.Tensor
     is_inf: torch.Tensor
+
+
+def fp8_nan_mask(x: torch.Tensor) -> torch.Tensor:
+    """Where an FP8 tensor holds a NaN code (E4M3: 0x7F, 0xFF; E5M2: exponent all ones, fraction != 0)."""
+    fmt = fp8_format_of(x.dtype)
+    magnitude = x.view(torch.uint8) & 0x7F
+    return magnitude == 0x7F if fmt is Fp8Format.E4M3 else magnitude > 0x7C
 
 
 def decode_fp8(x: torch.Tensor) -> DecodedFp8:

@@ -57,3 +57,11 @@ def test_bits_round_trip() -> None:
     x = torch.tensor([-0.0, 1.5, float("inf")], dtype=torch.bfloat16)
     assert bits_of(x).tolist() == [-32768, 0x3FC0, 0x7F80]
     assert torch.equal(bits_of(from_bits(bits_of(x), torch.bfloat16)), bits_of(x))
+
+
+@pytest.mark.parametrize("fmt", list(Fp8Format))
+def test_nan_mask_matches_torch(fmt: Fp8Format) -> None:
+    from mmaemu.formats import fp8_nan_mask
+
+    x = torch.arange(256, dtype=torch.int32).to(torch.uint8).view(fmt.dtype)
+    assert torch.equal(fp8_nan_mask(x), torch.isnan(x.float()))
