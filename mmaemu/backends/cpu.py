@@ -1,16 +1,18 @@
 """The compiled CPU backend: the reference model's bits from integer arithmetic compiled by numba.
 
-Each product is a small integer significand (``|m(a) m(b)| < 256``, 6 fraction bits) with an exponent
-``e(a) + e(b)``; the block maximum and the truncation toward zero are integer shifts, and the block
-sum is an exact int64. The output row is tiled over N so that the working set (one row of
-exponents, significands and running sums per tile) stays in cache; the inner loops run over N with
-contiguous operands, so they vectorise, and the tiles are spread over all cores (``prange``).
-Memory: the operands re-laid out as int32 (8 bytes per FP8 operand) plus the output; no
-``[M, N, K]`` intermediate.
+Each product ``a*b`` of FP8 values is exact in fp32 (at most 8 significant bits); its exponent
+``e(a) + e(b)`` (int16 operands) gives the block maximum E; scaling by the power of two
+``2**(F - E)`` is exact, ``trunc`` is the truncation toward zero of the sign-magnitude term, and the
+block's terms (integers below ``2**(F + 2)``) add exactly in fp32 for the shipped presets
+(F + 2 + log2(B + 1) <= 24). Normalising to F + 1 significant bits toward zero is a mask of the
+fp32 significand. So every step is exact fp32 arithmetic that vectorises (no variable shifts).
+The output is tiled over M and N so that a block of B is reused from cache by every row of the
+tile, and the tiles are spread over all cores (``prange``). Memory: the operands re-laid out as
+fp32 values and int16 exponents (6 bytes per FP8 operand) plus the output; no ``[M, N, K]``
+intermediate.
 
-Exactness: the chain value after a block has at most F + 1 <= 24 significant bits and is held as
-an fp32; chain results and split parts are added in fp32 (IEEE round to nearest even, no
-fast-math, so no contraction). Inputs with an Inf code (E5M2) are delegated to the reference
+Exactness: chain results and split parts are added in fp32 (IEEE round to nearest even; numba
+without fast-math, so no contraction). Inputs with an Inf code (E5M2) are delegated to the reference
 backend, which implements the IEEE rules; NaN codes are zero here and the caller applies the NaN
 rule. A block result of 2**128 or more cannot occur for K < 2**90, so the Inf rule of
 :func:`mmaemu.model.block_fma` needs no code here.
@@ -57,20 +59,16 @@ def available() -> tuple[bool, str]:
 
 
 def _tables() -> dict[torch.dtype, tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """Per FP8 format: exponent, signed significand with 3 fraction bits, and Inf flag, by code."""
+    """Per FP8 format, by code: exact value (fp32, 0 for non-finite), exponent (int16), Inf flag."""
     out = {}
     for dtype, m_bits, bias in ((torch.float8_e4m3fn, 3, 7), (torch.float8_e5m2, 2, 15)):
         codes = np.arange(256)
         values = torch.from_numpy(codes.astype(np.uint8)).view(dtype).to(torch.float64).numpy()
         field = (codes >> m_bits) & ((1 << (7 - m_bits)) - 1)
-        frac = codes & ((1 << m_bits) - 1)
         finite = np.isfinite(values)
-        sig = np.where(field != 0, frac + (1 << m_bits), frac) << (3 - m_bits)
-        sig = np.where(finite, sig, 0)
-        exp = np.maximum(field - bias, 1 - bias)
-        exp = np.where(sig != 0, exp, _SENTINEL)
-        signed = np.where(codes >= 128, -sig, sig)
-        out[dtype] = (exp.astype(np.int32), signed.astype(np.int32), np.isinf(values))
+        nonzero = finite & (values != 0)
+        exp = np.where(nonzero, np.maximum(field - bias, 1 - bias), _SENTINEL)
+        out[dtype] = (np.where(finite, values, 0.0).astype(np.float32), exp.astype(np.int16), np.isinf(values))
     return out
 
 
@@ -78,42 +76,46 @@ _TABLES = _tables()
 
 
 def _decode(x: torch.Tensor) -> tuple[np.ndarray, np.ndarray, bool]:
-    exp_t, sig_t, inf_t = _TABLES[x.dtype]
+    val_t, exp_t, inf_t = _TABLES[x.dtype]
     codes = x.detach().cpu().contiguous().view(torch.uint8).numpy()
-    return exp_t[codes], sig_t[codes], bool(inf_t[codes].any())
+    return val_t[codes], exp_t[codes], bool(inf_t[codes].any())
 
 
 if numba is not None:
 
-    @njit(cache=True, inline="always")
-    def _normalise(total: int, e_unit: int, keep: int) -> np.float32:  # pragma: no cover
-        """total * 2**e_unit truncated toward zero to ``keep`` significant bits, as fp32."""
-        if total == 0:
-            return np.float32(0.0)
-        mag = -total if total < 0 else total
-        length = math.frexp(float(mag))[1]  # exact: |total| < 2**53
-        if length > keep:
-            drop = length - keep
-            mag >>= drop
-            e_unit += drop
-        value = math.ldexp(float(mag), e_unit)
-        return np.float32(-value if total < 0 else value)
+    @njit(parallel=True, cache=True)
+    def _decode_transposed(  # pragma: no cover - compiled
+        codes: np.ndarray, val_t: np.ndarray, exp_t: np.ndarray, inf_t: np.ndarray,
+        out_v: np.ndarray, out_e: np.ndarray, inf_rows: np.ndarray,
+    ) -> None:
+        """``out_v[k, n] = value(codes[n, k])`` (and exponents): decode and transpose B in one pass."""
+        n_rows, k_cols = codes.shape
+        step = 64
+        for kb in prange((k_cols + step - 1) // step):
+            k0 = kb * step
+            k1 = min(k0 + step, k_cols)
+            for n in range(n_rows):
+                for k in range(k0, k1):
+                    code = codes[n, k]
+                    out_v[k, n] = val_t[code]
+                    out_e[k, n] = exp_t[code]
+                    if inf_t[code]:
+                        inf_rows[kb] = True
 
     @njit(parallel=True, cache=True)
     def _kernel(  # pragma: no cover - compiled
-        ea: np.ndarray, sa: np.ndarray, eb_t: np.ndarray, sb_t: np.ndarray,
+        va: np.ndarray, ea: np.ndarray, vb_t: np.ndarray, eb_t: np.ndarray,
         kseq: np.ndarray, chain_start: np.ndarray, chain_part: np.ndarray,
         n_parts: int, order: np.ndarray, block: int, frac: int, out: np.ndarray,
     ) -> None:
-        m_rows = ea.shape[0]
-        n_cols = eb_t.shape[1]
+        m_rows = va.shape[0]
+        n_cols = vb_t.shape[1]
         n_tiles = (n_cols + N_TILE - 1) // N_TILE
         m_tiles = (m_rows + M_TILE - 1) // M_TILE
         n_chains = chain_part.shape[0]
-        shift0 = frac - 6
-        keep = min(frac, 23) + 1
-        # one task per (M tile, N tile): a block of B (block x N_TILE operands) is loaded once
-        # from memory and reused by every row of the M tile while it sits in cache
+        keep_mask = np.int32(~((1 << (23 - frac)) - 1))  # F fraction bits of an fp32 significand
+        # one task per (M tile, N tile): a block of B is loaded once from memory and reused by
+        # every row of the M tile while it sits in cache
         for t in prange(m_tiles * n_tiles):
             m0 = (t // n_tiles) * M_TILE
             mm = min(M_TILE, m_rows - m0)
@@ -123,7 +125,12 @@ if numba is not None:
             c = np.zeros((mm, nn), dtype=np.float32)
             c_bits = c.view(np.int32)
             emax = np.empty(nn, dtype=np.int32)
-            acc = np.empty(nn, dtype=np.int32)
+            scale = np.empty(nn, dtype=np.float32)
+            scale_bits = scale.view(np.int32)
+            unit = np.empty(nn, dtype=np.float32)
+            unit_bits = unit.view(np.int32)
+            acc = np.empty(nn, dtype=np.float32)
+            acc_bits = acc.view(np.int32)
             for ch in range(n_chains):
                 c[:, :] = 0.0
                 start, stop = chain_start[ch], chain_start[ch + 1]
@@ -131,52 +138,37 @@ if numba is not None:
                     b1 = min(b0 + block, stop)
                     for i in range(mm):
                         m = m0 + i
-                        # the block maximum: c's exponent, then every nonzero product's
+                        # E: c's exponent (c != 0), then every nonzero product's e(a) + e(b)
                         for j in range(nn):
                             bits = c_bits[i, j]
-                            if bits & 0x7FFFFFFF != 0:
-                                emax[j] = max(((bits >> 23) & 0xFF) - 127, -126)
-                            else:
-                                emax[j] = _SENTINEL
+                            emax[j] = max(((bits >> 23) & 0xFF) - 127, -126) if bits & 0x7FFFFFFF else _SENTINEL
                         for idx in range(b0, b1):
                             k = kseq[idx]
-                            if sa[m, k] == 0:
-                                continue
                             eak = np.int32(ea[m, k])
+                            if eak == _SENTINEL:
+                                continue
                             erow = eb_t[k, n0:n0 + nn]
                             for j in range(nn):
                                 emax[j] = max(emax[j], np.int32(eak + erow[j]))
-                        # the accumulator's term, truncated toward zero to the block's grid
+                        # 2**(F - E) and 2**(E - F) as fp32 bit patterns (E clamped where nothing is nonzero)
                         for j in range(nn):
-                            bits = c_bits[i, j]
-                            if bits & 0x7FFFFFFF == 0:
-                                acc[j] = 0
-                            else:
-                                field = (bits >> 23) & 0xFF
-                                csig = (bits & 0x7FFFFF) | (0x800000 if field != 0 else 0)
-                                sh = 23 - frac + emax[j] - max(field - 127, -126)
-                                mag = csig >> sh if sh < 31 else 0
-                                acc[j] = np.int32(-mag if bits < 0 else mag)
-                        # the products' terms, truncated toward zero (sign-magnitude)
+                            e = min(max(emax[j], -100), 100)
+                            scale_bits[j] = (frac - e + 127) << 23
+                            unit_bits[j] = (e - frac + 127) << 23
+                            acc[j] = np.float32(math.trunc(c[i, j] * scale[j]))  # exact
                         for idx in range(b0, b1):
                             k = kseq[idx]
-                            sak = np.int32(sa[m, k])
-                            if sak == 0:
+                            vak = va[m, k]
+                            if vak == 0.0:
                                 continue
-                            erow = eb_t[k, n0:n0 + nn]
-                            srow = sb_t[k, n0:n0 + nn]
-                            base = np.int32(shift0 + ea[m, k])
+                            vrow = vb_t[k, n0:n0 + nn]
                             for j in range(nn):
-                                pm = np.int32(sak * srow[j])
-                                sh = np.int32(base - emax[j] + erow[j])
-                                neg = np.int32(pm >> 31)  # 0 or -1
-                                mag = np.int32((pm ^ neg) - neg)
-                                left = np.int32(max(sh, 0))
-                                right = np.int32(min(max(-sh, 0), 31))
-                                q = np.int32(np.int32(mag << left) >> right)
-                                acc[j] += np.int32((q ^ neg) - neg)
+                                acc[j] += np.float32(math.trunc((vak * vrow[j]) * scale[j]))  # exact terms and sums
                         for j in range(nn):
-                            c[i, j] = _normalise(np.int64(acc[j]), np.int64(emax[j] - frac), keep)
+                            # truncate toward zero to F + 1 significant bits (a mask of the significand),
+                            # scale back, and make an exact zero +0
+                            acc_bits[j] = acc_bits[j] & keep_mask
+                            c[i, j] = acc[j] * unit[j] + np.float32(0.0)
                 p = chain_part[ch]
                 for i in range(mm):
                     for j in range(nn):
@@ -215,15 +207,23 @@ def accumulate(a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: Accumulat
         raise BackendUnavailableError(f"backend 'cpu' is unavailable: {_NUMBA_ERROR}")
     if a.device.type != "cpu" or b.device.type != "cpu":
         raise BackendUnavailableError("backend 'cpu' runs on CPU tensors only")
-    unsupported = preset.c_mode is not CMode.ALIGNED or preset.rounding is not Rounding.TRUNCATE or preset.frac_bits > 23
-    ea, sa, a_inf = _decode(a)
-    eb, sb, b_inf = _decode(b)
+    exact_in_fp32 = preset.frac_bits + 2 + (preset.block_size + 1).bit_length() <= 24
+    unsupported = preset.c_mode is not CMode.ALIGNED or preset.rounding is not Rounding.TRUNCATE or not exact_in_fp32
+    va, ea, a_inf = _decode(a)
+    val_t, exp_t, inf_t = _TABLES[b.dtype]
+    codes_b = b.detach().contiguous().view(torch.uint8).numpy()
+    n_, k_ = codes_b.shape
+    vb_t = np.empty((k_, n_), dtype=np.float32)
+    eb_t = np.empty((k_, n_), dtype=np.int16)
+    inf_blocks = np.zeros(max(1, (k_ + 63) // 64), dtype=np.bool_)
+    _decode_transposed(codes_b, val_t, exp_t, inf_t, vb_t, eb_t, inf_blocks)
+    b_inf = bool(inf_blocks.any())
     if unsupported or a_inf or b_inf:
         return reference.accumulate(a, b, preset, plan)  # Inf codes and non-truncating presets: the reference
     m, n = a.shape[0], b.shape[0]
     out = np.zeros((m, n), dtype=np.float32)
     if m and n and plan.k:
         kseq, starts, parts, order = _flatten(plan)
-        _kernel(ea, sa, np.ascontiguousarray(eb.T), np.ascontiguousarray(sb.T), kseq, starts, parts,
+        _kernel(va, ea, vb_t, eb_t, kseq, starts, parts,
                 len(plan.parts), order, preset.block_size, preset.frac_bits, out)
     return torch.from_numpy(out)
