@@ -324,7 +324,8 @@ def scaled_mm(
         profile: reference platform (default ``MMAEMU_PROFILE`` or ``"hopper"``).
         splitk: ``"auto"`` (the reference GPU's decision, from evidence; raises
             :class:`SplitKUnknownError` when none decides), ``1``, or ``(S, scheme)``.
-        backend: ``"auto"`` or ``"reference"``.
+        backend: ``"auto"`` (the reference backend today), ``"reference"`` or ``"cpu"`` (compiled,
+            CPU tensors, the same bits).
         out: optional output tensor, resized as torch resizes it; its prior contents never
             affect the result, and it is returned.
 

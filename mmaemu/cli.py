@@ -102,7 +102,12 @@ def _info(args: argparse.Namespace) -> int:
         print(f"  {p.name:28s} {p.maturity.value:12s} {p.gpu}, cuBLASLt {p.cublaslt}, {p.caller.value}: "
               f"{'this machine' if here else 'not this machine'}")
     print("backends:")
+    from .backends import cpu
+
     print("  reference  available: exact torch model, runs on any device (CPU and CUDA)")
+    usable_cpu, why = cpu.available()
+    print(f"  cpu        {'available' if usable_cpu else 'unavailable'}: {why}; opt-in (backend='cpu') until it "
+          "meets its speed targets")
     return 0
 
 

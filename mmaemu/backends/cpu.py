@@ -30,6 +30,7 @@ import torch
 
 from ..accumulation import AccumulationPlan, Scheme, pairwise_order
 from ..errors import BackendUnavailableError
+from ..formats import EXPONENT_OF_ZERO, decode_fp8
 from ..model import CMode, Preset, Rounding
 from . import reference
 
@@ -39,7 +40,7 @@ NAME = "cpu"
 #: Output tile: M_TILE rows x N_TILE columns per task.
 N_TILE = 256
 M_TILE = 64
-_SENTINEL = -(1 << 14)  # fits int16; two of them still sit far below any real exponent
+_SENTINEL = EXPONENT_OF_ZERO  # fits int16; two of them still sit far below any real exponent
 
 try:  # pragma: no cover - exercised where numba is installed (a dependency)
     import numba
@@ -61,14 +62,9 @@ def available() -> tuple[bool, str]:
 def _tables() -> dict[torch.dtype, tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """Per FP8 format, by code: exact value (fp32, 0 for non-finite), exponent (int16), Inf flag."""
     out = {}
-    for dtype, m_bits, bias in ((torch.float8_e4m3fn, 3, 7), (torch.float8_e5m2, 2, 15)):
-        codes = np.arange(256)
-        values = torch.from_numpy(codes.astype(np.uint8)).view(dtype).to(torch.float64).numpy()
-        field = (codes >> m_bits) & ((1 << (7 - m_bits)) - 1)
-        finite = np.isfinite(values)
-        nonzero = finite & (values != 0)
-        exp = np.where(nonzero, np.maximum(field - bias, 1 - bias), _SENTINEL)
-        out[dtype] = (np.where(finite, values, 0.0).astype(np.float32), exp.astype(np.int16), np.isinf(values))
+    for dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+        d = decode_fp8(torch.arange(256, dtype=torch.int32).to(torch.uint8).view(dtype))
+        out[dtype] = (d.value.numpy(), d.exponent.numpy().astype(np.int16), d.is_inf.numpy())
     return out
 
 
