@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from .formats import OutFormat, bits_of, out_format_of
+from .formats import bits_of, out_format_of
 
 __all__ = ["epilogue", "canonicalize_nan"]
 
