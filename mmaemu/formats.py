@@ -26,7 +26,6 @@ __all__ = [
     "fp32_exponent",
     "bits_of",
     "from_bits",
-    "round_to_fp32",
     "FP32_CANONICAL_NAN",
     "EXPONENT_OF_ZERO",
 ]
@@ -187,11 +186,6 @@ def fp32_exponent(x: torch.Tensor) -> torch.Tensor:
     """
     field = (bits_of(x.to(torch.float32)) >> 23) & 0xFF
     return torch.clamp(field - 127, min=-126)
-
-
-def round_to_fp32(x: torch.Tensor) -> torch.Tensor:
-    """Round an exact float64 value to fp32, once, to nearest even (overflow gives +-Inf)."""
-    return x.to(torch.float32)
 
 
 @dataclass(frozen=True)
