@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from .accumulation import SplitK, SplitKArg, plan_accumulation
-from .backends import Backend, accumulator_function, resolve_backend
+from .backends import Backend, accumulator_function, auto_fallback, resolve_backend
 from .checks import CheckedCall, check_call
 from .epilogue import epilogue
 from .errors import MmaemuError, UnsupportedFeatureError, UnverifiedSplitWarning
@@ -94,7 +94,7 @@ def accumulate(
             with the chain results added in fp32 (False). No default, on purpose.
         splitk: ``1`` or an explicit split ``(S, "contiguous" | "serial" | "pairwise")``.
         profile: reference platform whose preset is used (default: ``MMAEMU_PROFILE`` or ``"hopper"``).
-        backend: ``"auto"`` or ``"reference"``.
+        backend: ``"auto"``, ``"reference"`` or ``"cpu"`` (as :func:`scaled_mm`).
 
     Returns:
         fp32 ``[M, N]`` on ``a``'s device. Any M, N, K (K = 0 gives +0). A NaN code in row m of
@@ -249,7 +249,7 @@ def explain(
         >>> one = torch.tensor(1.0)
         >>> plan = mmaemu.explain(x, w.t(), one, one, out_dtype=torch.bfloat16, use_fast_accum=True)
         >>> plan.validation, plan.split.S, plan.split.source, plan.backend
-        ('ok', 1, 'table', 'reference')
+        ('ok', 1, 'table', 'cpu')
         >>> mmaemu.explain(x, w, one, one).validation[0]
         'ReferenceRejectsError'
     """
@@ -287,7 +287,8 @@ def explain(
         preset_maturity=prof.preset.maturity.value if prof else "?",
         split=decision,
         backend=chosen.value if chosen is not None and validation == "ok" else None,
-        fallback=None,
+        fallback=(auto_fallback(mat1.device) if backend == "auto" and chosen is Backend.REFERENCE
+                  and isinstance(mat1, torch.Tensor) else None),
         out_dtype=dtype_name,
         shape=shape,
         use_fast_accum=bool(use_fast_accum),
@@ -324,8 +325,9 @@ def scaled_mm(
         profile: reference platform (default ``MMAEMU_PROFILE`` or ``"hopper"``).
         splitk: ``"auto"`` (the reference GPU's decision, from evidence; raises
             :class:`SplitKUnknownError` when none decides), ``1``, or ``(S, scheme)``.
-        backend: ``"auto"`` (the reference backend today), ``"reference"`` or ``"cpu"`` (compiled,
-            CPU tensors, the same bits).
+        backend: ``"auto"`` (the fastest available for the operands' device: ``"cpu"`` for CPU
+            tensors when numba imports, else ``"reference"``), ``"reference"`` (torch, any
+            device) or ``"cpu"`` (compiled, CPU tensors). All return the same bits.
         out: optional output tensor, resized as torch resizes it; its prior contents never
             affect the result, and it is returned.
 

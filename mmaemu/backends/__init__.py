@@ -1,9 +1,8 @@
 """Backends: interchangeable executors of the same exact model.
 
 Every backend returns exactly the reference model's bits. ``backend="auto"`` picks the fastest
-available backend for the operands' device; today that is ``reference`` everywhere: the compiled
-``cpu`` backend is exact but not yet fast enough to be chosen automatically, so it runs only when
-named (``backend="cpu"``).
+available backend for the operands' device: ``cpu`` (compiled by numba) for CPU tensors when numba
+imports, ``reference`` otherwise. :func:`auto_fallback` says why ``auto`` did not take a faster one.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ from ..accumulation import AccumulationPlan
 from ..model import Preset
 from . import cpu, reference
 
-__all__ = ["Backend", "resolve_backend", "accumulator_function"]
+__all__ = ["Backend", "resolve_backend", "auto_fallback", "accumulator_function"]
 
 
 class Backend(enum.Enum):
@@ -44,8 +43,18 @@ def resolve_backend(name: str | Backend, device: torch.device) -> Backend:
             accepted = ", ".join(repr(b.value) for b in Backend)
             raise ValueError(f"backend={name!r} is not a backend; accepted: {accepted}") from None
     if name is Backend.AUTO:
+        if device.type == "cpu" and cpu.available()[0]:
+            return Backend.CPU
         return Backend.REFERENCE
     return name
+
+
+def auto_fallback(device: torch.device) -> str | None:
+    """Why ``backend="auto"`` runs the (slow) reference backend on ``device``, or None when it does not."""
+    if device.type == "cpu":
+        usable, reason = cpu.available()
+        return None if usable else f"backend 'cpu': {reason}"
+    return f"no compiled backend for device type {device.type!r}"
 
 
 def accumulator_function(backend: Backend) -> AccumulateFn:
