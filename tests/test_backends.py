@@ -13,21 +13,21 @@ def _call_args() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor
     x = torch.ones(16, 32).to(torch.float8_e4m3fn)
     w = torch.ones(16, 32).to(torch.float8_e4m3fn)
     one = torch.tensor(1.0)
-    return x, w.t(), one, one
+    return x, w.t(), one, one  # small M, N: the split is passed explicitly (no table row decides)
 
 
 @pytest.mark.skipif(not cpu.available()[0], reason="numba is not installed")
 def test_auto_takes_the_compiled_cpu_backend_for_cpu_tensors() -> None:
     assert resolve_backend("auto", torch.device("cpu")) is Backend.CPU
     assert auto_fallback(torch.device("cpu")) is None
-    plan = mmaemu.explain(*_call_args(), out_dtype=torch.bfloat16, use_fast_accum=True)
+    plan = mmaemu.explain(*_call_args(), out_dtype=torch.bfloat16, use_fast_accum=True, splitk=1)
     assert (plan.backend, plan.fallback) == ("cpu", None)
 
 
 def test_auto_falls_back_to_reference_when_numba_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cpu, "available", lambda: (False, "numba is not importable: test"))
     assert resolve_backend("auto", torch.device("cpu")) is Backend.REFERENCE
-    plan = mmaemu.explain(*_call_args(), out_dtype=torch.bfloat16, use_fast_accum=True)
+    plan = mmaemu.explain(*_call_args(), out_dtype=torch.bfloat16, use_fast_accum=True, splitk=1)
     assert plan.backend == "reference"
     assert plan.fallback == "backend 'cpu': numba is not importable: test"
 
