@@ -178,6 +178,25 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _selftest(args: argparse.Namespace) -> int:
+    """Run the Triton backend's self-test on a device; 0 only if every kernel passed."""
+    from .backends.triton_backend import interpreting
+    from .backends.triton_selftest import selftest
+
+    if args.device:
+        device = args.device
+    elif torch.cuda.is_available():
+        device = "cuda"
+    else:
+        device = "cpu" if interpreting() else "cuda"
+    report = selftest(device)
+    print(f"mmaemu {__version__} self-test of the triton backend on {report.device}:")
+    for result in report.kernels:
+        print(f"  {result.kernel:28s} {'passed' if result.passed else 'FAILED'}: {result.reason}")
+    print("all kernels passed" if report.passed else "self-test FAILED: backend='auto' will not use triton here")
+    return 0 if report.passed else 1
+
+
 def _parse_splitk(text: str) -> object:
     if text.isdigit():
         return int(text)
@@ -210,6 +229,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     bench.set_defaults(run=_bench)
     info = sub.add_parser("info", help="versions, device, matching profiles and backend status")
     info.set_defaults(run=_info)
+    st = sub.add_parser("selftest", help="self-test the triton backend's kernels on a device (exit 0 if all pass)")
+    st.add_argument("--device", default=None,
+                    help="device (default: cuda if available; cpu under TRITON_INTERPRET=1)")
+    st.set_defaults(run=_selftest)
     args = parser.parse_args(argv)
     return int(args.run(args))
 

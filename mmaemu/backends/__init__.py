@@ -2,19 +2,24 @@
 
 Every backend returns exactly the reference model's bits. ``backend="auto"`` picks the fastest
 available backend for the operands' device: ``cpu`` (compiled by numba) for CPU tensors when numba
-imports, ``reference`` otherwise. :func:`auto_fallback` says why ``auto`` did not take a faster one.
+imports; ``triton`` for CUDA tensors when Triton imports and its self-test (run once per device and
+process) passed there; ``reference`` otherwise. When the self-test fails on a device, ``auto``
+emits one :class:`~mmaemu.errors.BackendFallbackWarning` per device naming the failed kernel and
+the reason. :func:`auto_fallback` says why ``auto`` did not take a faster one.
 """
 
 from __future__ import annotations
 
 import enum
+import warnings
 from typing import Callable
 
 import torch
 
 from ..accumulation import AccumulationPlan
+from ..errors import BackendFallbackWarning
 from ..model import Preset
-from . import cpu, reference
+from . import cpu, reference, triton_backend
 
 __all__ = ["Backend", "resolve_backend", "auto_fallback", "accumulator_function"]
 
@@ -25,6 +30,7 @@ class Backend(enum.Enum):
     AUTO = "auto"
     REFERENCE = "reference"
     CPU = "cpu"
+    TRITON = "triton"
 
 
 AccumulateFn = Callable[[torch.Tensor, torch.Tensor, Preset, AccumulationPlan], torch.Tensor]
@@ -45,8 +51,44 @@ def resolve_backend(name: str | Backend, device: torch.device) -> Backend:
     if name is Backend.AUTO:
         if device.type == "cpu" and cpu.available()[0]:
             return Backend.CPU
+        if device.type == "cuda":
+            usable, reason, failed = _triton_status(device)
+            if usable:
+                return Backend.TRITON
+            if failed:
+                _warn_fallback_once(device, reason)
         return Backend.REFERENCE
     return name
+
+
+def _triton_status(device: torch.device) -> tuple[bool, str, bool]:
+    """(usable, reason, self-test failed) of the triton backend on a CUDA device; runs the self-test once."""
+    usable, reason = triton_backend.available(device)
+    if not usable:
+        return False, reason, False
+    from .triton_selftest import selftest  # noqa: PLC0415 - imported when a CUDA device asks
+
+    report = selftest(device)
+    if report.passed:
+        return True, reason, False
+    return False, f"self-test failed on {report.device}: {report.summary()}", True
+
+
+_WARNED: set[str] = set()
+
+
+def _warn_fallback_once(device: torch.device, reason: str) -> None:
+    from .triton_selftest import device_key  # noqa: PLC0415
+
+    key = device_key(device)
+    if key in _WARNED:
+        return
+    _WARNED.add(key)
+    warnings.warn(
+        f"backend='auto' falls back to the reference backend on {key}: backend 'triton' {reason}",
+        BackendFallbackWarning,
+        stacklevel=4,
+    )
 
 
 def auto_fallback(device: torch.device) -> str | None:
@@ -54,6 +96,9 @@ def auto_fallback(device: torch.device) -> str | None:
     if device.type == "cpu":
         usable, reason = cpu.available()
         return None if usable else f"backend 'cpu': {reason}"
+    if device.type == "cuda":
+        usable, reason, _ = _triton_status(device)
+        return None if usable else f"backend 'triton': {reason}"
     return f"no compiled backend for device type {device.type!r}"
 
 
@@ -63,4 +108,6 @@ def accumulator_function(backend: Backend) -> AccumulateFn:
         return reference.accumulate
     if backend is Backend.CPU:
         return cpu.accumulate
+    if backend is Backend.TRITON:
+        return triton_backend.accumulate
     raise ValueError(f"not a concrete backend: {backend}")

@@ -1,0 +1,201 @@
+"""The Triton backend's self-test: small fixed problems, once per device and process.
+
+Each kernel specialisation (one per preset: the block size and fraction bits are compile-time
+constants) runs a fixed set of small problems on the device, with data that stresses the model:
+truncation boundaries (a few large products beside many small ones), exact cancellation,
+subnormal operands, the largest exponents, zero blocks, K not a multiple of 16, 32 or 128, output
+tiles cut by the matrix edge, fast and slow accumulation and every split scheme. The expected bits
+come from the reference backend on the CPU. A kernel that fails is not used on that device:
+``backend="auto"`` falls back to the reference backend, and ``backend="triton"`` raises
+:class:`~mmaemu.errors.BackendUnavailableError` naming the kernel and the reason.
+
+The data are generated from fixed seeds, so every device runs the same problems.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..accumulation import Scheme, SplitK, plan_accumulation
+from ..model import ADA, HOPPER, Preset
+from . import reference
+from .triton_backend import accumulate_unchecked, available, kernel_name
+
+__all__ = ["KernelResult", "SelfTestReport", "SelfTestCase", "CASES", "KERNEL_PRESETS", "adversarial_codes",
+           "selftest", "cached_report", "device_key"]
+
+#: The presets whose kernel specialisations the self-test checks (the shipped validated ones).
+KERNEL_PRESETS: tuple[Preset, ...] = (HOPPER, ADA)
+
+_FMT = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
+
+
+@dataclass(frozen=True)
+class SelfTestCase:
+    """One fixed problem: ``a [m, k]`` of ``fmt_a`` times ``b [n, k]`` of ``fmt_b``."""
+
+    name: str
+    m: int
+    n: int
+    k: int
+    fmt_a: str
+    fmt_b: str
+    fast: bool
+    split: SplitK
+    seed: int
+
+
+#: Run for every kernel. M and N cut the 64 x 64 GPU tile; K covers short and padded blocks.
+CASES: tuple[SelfTestCase, ...] = (
+    SelfTestCase("e4m3 x e4m3, fast, K=272", 33, 48, 272, "e4m3", "e4m3", True, SplitK(1, Scheme.NONE), 1),
+    SelfTestCase("e4m3 x e5m2, slow, K=272", 17, 32, 272, "e4m3", "e5m2", False, SplitK(1, Scheme.NONE), 2),
+    SelfTestCase("e5m2 x e4m3, fast, 3 contiguous parts", 9, 16, 400, "e5m2", "e4m3", True,
+                 SplitK(3, Scheme.CONTIGUOUS), 3),
+    SelfTestCase("e4m3 x e4m3, slow, 3 pairwise parts", 9, 16, 320, "e4m3", "e4m3", False,
+                 SplitK(3, Scheme.PAIRWISE), 4),
+    SelfTestCase("e4m3 x e5m2, fast, 2 serial parts", 9, 16, 208, "e4m3", "e5m2", True, SplitK(2, Scheme.SERIAL), 5),
+    SelfTestCase("e4m3 x e4m3, fast, edge tiles, K=16", 70, 80, 16, "e4m3", "e4m3", True, SplitK(1, Scheme.NONE), 6),
+)
+
+
+@dataclass(frozen=True)
+class KernelResult:
+    """The self-test outcome of one kernel specialisation on one device."""
+
+    kernel: str
+    passed: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class SelfTestReport:
+    """The self-test outcome on one device.
+
+    Attributes:
+        device: the device, as ``str(torch.device)`` (``cuda:0``, ``cpu``).
+        kernels: one result per kernel specialisation.
+    """
+
+    device: str
+    kernels: tuple[KernelResult, ...]
+
+    @property
+    def passed(self) -> bool:
+        """True when every kernel passed."""
+        return all(k.passed for k in self.kernels)
+
+    def failed(self) -> tuple[KernelResult, ...]:
+        """The kernels that failed."""
+        return tuple(k for k in self.kernels if not k.passed)
+
+    def summary(self) -> str:
+        """One line: the failed kernels and why, or that all passed."""
+        bad = self.failed()
+        if not bad:
+            return f"all {len(self.kernels)} kernels passed"
+        return "; ".join(f"kernel {k.kernel} failed: {k.reason}" for k in bad)
+
+
+def adversarial_codes(rows: int, k: int, fmt: str, seed: int) -> torch.Tensor:
+    """FP8 codes ``[rows, k]`` (no NaN or Inf) that stress truncation, cancellation and range.
+
+    Each element comes from one of: any finite code; a narrow range around 1 (long carries and
+    exact cancellations); the largest magnitude; subnormals; zeros. Odd rows repeat the first half
+    of every 32-element block negated in the second half (exact cancellation within a block).
+    """
+    gen = torch.Generator().manual_seed(seed)
+    codes = torch.arange(256, dtype=torch.int64)
+    if fmt == "e4m3":
+        finite = codes[(codes & 0x7F) != 0x7F]
+        one, biggest, subnormal_max = 0x38, 0x7E, 0x07
+    else:
+        finite = codes[(codes & 0x7F) < 0x7C]
+        one, biggest, subnormal_max = 0x3C, 0x7B, 0x03
+    shape = (rows, k)
+    wide = finite[torch.randint(0, finite.numel(), shape, generator=gen)]
+    sign = torch.randint(0, 2, shape, generator=gen) << 7
+    narrow = (one - 2 + torch.randint(0, 6, shape, generator=gen)) | sign
+    big = biggest | sign
+    tiny = torch.randint(1, subnormal_max + 1, shape, generator=gen) | sign
+    zero = sign
+    kind = torch.randint(0, 100, shape, generator=gen)
+    out = torch.where(kind < 40, wide, narrow)
+    out = torch.where((kind >= 70) & (kind < 78), big, out)
+    out = torch.where((kind >= 78) & (kind < 88), tiny, out)
+    out = torch.where(kind >= 95, zero, out)
+    for start in range(0, k - 31, 32):
+        out[1::2, start + 16 : start + 32] = out[1::2, start : start + 16] ^ 0x80
+    return out.to(torch.uint8).view(_FMT[fmt])
+
+
+def _operands(case: SelfTestCase) -> tuple[torch.Tensor, torch.Tensor]:
+    a = adversarial_codes(case.m, case.k, case.fmt_a, case.seed)
+    b = adversarial_codes(case.n, case.k, case.fmt_b, case.seed + 1000)
+    return a, b
+
+
+def _check_kernel(preset: Preset, device: torch.device) -> KernelResult:
+    name = kernel_name(preset)
+    for case in CASES:
+        a, b = _operands(case)
+        plan = plan_accumulation(case.k, fast=case.fast, split=case.split)
+        expected = reference.accumulate(a, b, preset, plan)
+        try:
+            got = accumulate_unchecked(a.to(device), b.to(device), preset, plan).cpu()
+        except Exception as exc:  # noqa: BLE001 - any failure to compile or run disqualifies the kernel
+            return KernelResult(name, False, f"case {case.name!r} raised {type(exc).__name__}: {exc}")
+        if got.shape != expected.shape:
+            return KernelResult(name, False, f"case {case.name!r}: shape {tuple(got.shape)}, expected "
+                                f"{tuple(expected.shape)}")
+        got_bits, want_bits = got.view(torch.int32), expected.view(torch.int32)
+        differ = got_bits != want_bits
+        if bool(differ.any()):
+            i, j = (int(v) for v in differ.nonzero()[0])
+            return KernelResult(
+                name, False,
+                f"case {case.name!r}: {int(differ.sum())} of {differ.numel()} outputs differ from the reference "
+                f"backend; first at ({i}, {j}): 0x{int(got_bits[i, j]) & 0xFFFFFFFF:08x}, expected "
+                f"0x{int(want_bits[i, j]) & 0xFFFFFFFF:08x}",
+            )
+    return KernelResult(name, True, f"{len(CASES)} problems bit-exact")
+
+
+def device_key(device: torch.device) -> str:
+    """The cache key of a device (``cuda`` resolves to the current CUDA device)."""
+    if device.type == "cuda" and device.index is None and torch.cuda.is_available():
+        device = torch.device("cuda", torch.cuda.current_device())
+    return str(device)
+
+
+_REPORTS: dict[str, SelfTestReport] = {}
+
+
+def cached_report(device: torch.device) -> SelfTestReport | None:
+    """The self-test report of ``device`` if it already ran in this process."""
+    return _REPORTS.get(device_key(device))
+
+
+def selftest(device: torch.device | str, *, refresh: bool = False) -> SelfTestReport:
+    """Run (once per device and process; cached) the self-test of every Triton kernel on ``device``.
+
+    Args:
+        device: where the kernels run (a CUDA device; under ``TRITON_INTERPRET=1`` also ``cpu``).
+        refresh: run again even if a report is cached.
+
+    Returns:
+        The report; when Triton cannot run on the device, every kernel is reported failed with the
+        reason. Never raises for a failing kernel.
+    """
+    dev = torch.device(device)
+    key = device_key(dev)
+    if not refresh and key in _REPORTS:
+        return _REPORTS[key]
+    usable, reason = available(dev)
+    if not usable:
+        report = SelfTestReport(key, tuple(KernelResult(kernel_name(p), False, reason) for p in KERNEL_PRESETS))
+    else:
+        report = SelfTestReport(key, tuple(_check_kernel(p, torch.device(key)) for p in KERNEL_PRESETS))
+    _REPORTS[key] = report
+    return report
