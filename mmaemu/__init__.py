@@ -6,6 +6,9 @@ on a reference platform (an H100 PCIe by default, or an RTX 4060), bit for bit.
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from . import model, testing
 from .accumulation import Scheme, SplitK
 from .call import CallPlan, accumulate, explain, scaled_mm
@@ -22,8 +25,12 @@ from .errors import (
     UnvalidatedEnvelopeWarning,
     UnverifiedSplitWarning,
 )
+from .intercept import EmulationLog, emulate
 from .model import Preset
 from .platform import Profile, SplitDecision
+
+if TYPE_CHECKING:
+    from . import nn, ops, quantization
 
 __version__ = "0.1.0.dev0"
 
@@ -51,4 +58,19 @@ __all__ = [
     "UnvalidatedEnvelopeWarning",
     "ExperimentalPresetWarning",
     "__version__",
+    "emulate",
+    "EmulationLog",
+    "nn",
+    "ops",
+    "quantization",
 ]
+
+#: submodules imported on first use, so that ``import mmaemu`` stays light (``ops`` registers
+#: the ``mmaemu::scaled_mm`` operator when imported).
+_LAZY_SUBMODULES = ("nn", "ops", "quantization")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY_SUBMODULES:
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

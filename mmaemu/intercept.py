@@ -1,0 +1,286 @@
+"""``mmaemu.emulate()``: run every ``torch._scaled_mm`` call of a block through mmaemu.
+
+::
+
+    with mmaemu.emulate(profile="hopper") as log:
+        y = model(x)          # each torch._scaled_mm inside returns the H100 PCIe's bits
+    print(log)                # how many calls were emulated, by (M, N, K)
+
+Mechanism: a ``torch.overrides.TorchFunctionMode``. It sees each call of ``torch._scaled_mm`` and
+of ``torch.ops.aten._scaled_mm`` (``.default`` and ``.out``) made from Python while the block
+runs, in a function, a module or a library, binds the arguments as torch does, and returns
+:func:`mmaemu.scaled_mm` with the block's ``profile``, ``splitk`` and ``backend``. Every other
+torch function runs unchanged.
+
+Calls mmaemu cannot serve (bias, row-wise or block-wise scales, inputs requiring grad; and
+``torch._scaled_mm_v2``, which ``torch.nn.functional.scaled_mm`` calls in newer torch) raise
+:class:`~mmaemu.UnsupportedFeatureError`, or with ``fallback="native"`` run natively and are
+counted in ``log.native``. Calls the reference platform rejects raise
+:class:`~mmaemu.ReferenceRejectsError` and shapes no evidence decides raise
+:class:`~mmaemu.SplitKUnknownError` whatever ``fallback`` says: a native result there would not be
+the reference platform's.
+
+Not intercepted: GEMMs that never reach ``torch._scaled_mm`` from Python, such as Transformer
+Engine's (it calls cuBLASLt from C++: replace its modules with :class:`mmaemu.nn.EmulatedFP8Linear`
+instead), calls made from C++ or inside a tensor subclass's ``__torch_dispatch__``, and code
+compiled by ``torch.compile`` (use :class:`~mmaemu.nn.EmulatedFP8Linear` or
+:func:`mmaemu.ops.scaled_mm` there).
+
+Threads: torch keeps its stack of function modes per thread, so ``emulate()`` affects only the
+thread that entered it; other threads (a data loader, a thread pool started inside the block)
+keep calling the native ``torch._scaled_mm``. Each thread that needs emulation enters its own
+``emulate()``; one ``emulate`` object must not be entered by two threads at once. On exit,
+normal or by an exception, the mode is removed and ``torch._scaled_mm`` is native again.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import Counter
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Callable
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from . import call
+from .accumulation import SplitK, SplitKArg
+from .backends import Backend
+from .errors import UnsupportedFeatureError
+from .platform import Profile, get_profile
+
+__all__ = ["emulate", "EmulationLog", "Fallback", "Shape"]
+
+#: ``(M, N, K)`` of a call.
+Shape = tuple[int, int, int]
+
+#: torch._scaled_mm's parameters, in order (torch names the first one ``input``; aten ``self``).
+_PARAMS = ("mat1", "mat2", "scale_a", "scale_b", "bias", "scale_result", "out_dtype", "use_fast_accum")
+_ALIASES = {"input": "mat1", "self": "mat1"}
+
+
+class Fallback(enum.Enum):
+    """What :func:`emulate` does with a call mmaemu cannot serve."""
+
+    RAISE = "raise"  # raise UnsupportedFeatureError (the default)
+    NATIVE = "native"  # run torch's own kernel, and count the call in EmulationLog.native
+
+
+class _Kind(enum.Enum):
+    SCALED_MM = "torch._scaled_mm"
+    SCALED_MM_V2 = "torch._scaled_mm_v2"
+
+
+def _intercepted() -> dict[Any, _Kind]:
+    table: dict[Any, _Kind] = {}
+    aten = torch.ops.aten
+    for kind, name in ((_Kind.SCALED_MM, "_scaled_mm"), (_Kind.SCALED_MM_V2, "_scaled_mm_v2")):
+        if hasattr(torch, name):
+            table[getattr(torch, name)] = kind
+        try:
+            packet = getattr(aten, name)
+        except (AttributeError, RuntimeError):
+            continue
+        table[packet] = kind
+        for overload in packet.overloads():
+            table[getattr(packet, overload)] = kind
+    return table
+
+
+_INTERCEPTED = _intercepted()
+
+
+@dataclass
+class EmulationLog:
+    """What an :func:`emulate` block did, filled in as it runs.
+
+    Attributes:
+        profile: the reference platform the calls were emulated for.
+        served: emulated calls, counted by ``(M, N, K)``.
+        native: calls run natively under ``fallback="native"``, counted by ``(M, N, K)``
+            (``(-1, -1, -1)`` when the arguments are not two matrices).
+        reasons: why each natively run call could not be served, counted by message.
+    """
+
+    profile: str
+    served: Counter[Shape] = field(default_factory=Counter)
+    native: Counter[Shape] = field(default_factory=Counter)
+    reasons: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def served_calls(self) -> int:
+        """Number of emulated calls."""
+        return sum(self.served.values())
+
+    @property
+    def native_calls(self) -> int:
+        """Number of calls run natively."""
+        return sum(self.native.values())
+
+    def __str__(self) -> str:
+        lines = [f"mmaemu.emulate(profile={self.profile!r}): {self.served_calls} calls emulated, "
+                 f"{self.native_calls} run natively"]
+        for label, counts in (("emulated", self.served), ("native", self.native)):
+            for (m, n, k), count in sorted(counts.items()):
+                lines.append(f"  {label:8s} M={m} N={n} K={k}: {count}")
+        for reason, count in self.reasons.most_common():
+            lines.append(f"  native because ({count}x): {reason}")
+        return "\n".join(lines)
+
+
+def _shape(args: dict[str, Any]) -> Shape:
+    a, b = args.get("mat1"), args.get("mat2")
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dim() == 2 and b.dim() == 2:
+        return (int(a.shape[0]), int(b.shape[1]), int(a.shape[1]))
+    return (-1, -1, -1)
+
+
+def _bind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """torch._scaled_mm's arguments by mmaemu's parameter names (``out`` included)."""
+    if len(args) > len(_PARAMS):
+        raise TypeError(f"_scaled_mm() takes at most {len(_PARAMS)} positional arguments ({len(args)} given)")
+    bound = dict(zip(_PARAMS, args))
+    for key, value in kwargs.items():
+        name = _ALIASES.get(key, key)
+        if name not in _PARAMS and name != "out":
+            raise TypeError(f"_scaled_mm() got an unexpected keyword argument '{key}'")
+        if name in bound:
+            raise TypeError(f"_scaled_mm() got multiple values for argument '{key}'")
+        bound[name] = value
+    return bound
+
+
+class _ScaledMmMode(TorchFunctionMode):
+    """The function mode behind :class:`emulate` (one per entered block)."""
+
+    def __init__(self, owner: emulate, log: EmulationLog) -> None:
+        super().__init__()
+        self.owner = owner
+        self.log = log
+
+    def __torch_function__(
+        self,
+        func: Callable[..., Any],
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        kwargs = kwargs or {}
+        try:
+            kind = _INTERCEPTED.get(func)
+        except TypeError:  # an unhashable callable: not ours
+            kind = None
+        if kind is None:
+            return func(*args, **kwargs)
+        if kind is _Kind.SCALED_MM_V2:
+            reason = "torch._scaled_mm_v2 (torch.nn.functional.scaled_mm) is not modelled"
+            return self._native(func, args, kwargs, (-1, -1, -1), UnsupportedFeatureError(reason))
+        bound = _bind(args, kwargs)
+        owner = self.owner
+        try:
+            result = call.scaled_mm(**bound, profile=owner.profile, splitk=owner.splitk, backend=owner.backend)
+        except UnsupportedFeatureError as exc:
+            return self._native(func, args, kwargs, _shape(bound), exc)
+        self.log.served[_shape(bound)] += 1
+        return result
+
+    def _native(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], shape: Shape,
+                exc: UnsupportedFeatureError) -> Any:
+        if self.owner.fallback is not Fallback.NATIVE:
+            raise exc
+        result = func(*args, **kwargs)
+        self.log.native[shape] += 1
+        self.log.reasons[str(exc)] += 1
+        return result
+
+
+class emulate:  # noqa: N801 - used like a function: ``with mmaemu.emulate(...) as log``
+    """Context manager: every ``torch._scaled_mm`` call in the block returns the profile's bits.
+
+    Args:
+        profile: reference platform (default: ``MMAEMU_PROFILE`` or ``"hopper"``), resolved when
+            the object is made.
+        backend: ``"auto"``, ``"reference"`` or ``"cpu"`` (as :func:`mmaemu.scaled_mm`).
+        splitk: ``"auto"`` (default: cuBLAS's decision from the profile's evidence;
+            :class:`~mmaemu.SplitKUnknownError` for a shape no evidence decides), ``1`` or
+            ``(S, scheme)`` for every call of the block.
+        fallback: ``"raise"`` (default) or ``"native"``: what to do with calls mmaemu cannot serve
+            (see :mod:`mmaemu.intercept`).
+
+    ``with emulate(...) as log`` binds an :class:`EmulationLog`, complete once the block exits
+    (also ``self.log``). The object can be entered again after it exits, with a fresh log.
+    Arguments keep torch's semantics (defaults ``use_fast_accum=False``, ``out_dtype`` = the input
+    dtype, ``out=``), results the semantics of :func:`mmaemu.scaled_mm` (NaN codes give the
+    canonical NaN, exact zeros are +0). Only the entering thread is affected (see
+    :mod:`mmaemu.intercept`).
+
+    Raises:
+        ValueError: an invalid profile, backend, splitk or fallback (at construction).
+
+    Example:
+        >>> import torch, mmaemu
+        >>> x = torch.full((16, 1024), 2.0).to(torch.float8_e4m3fn)
+        >>> w = torch.full((64, 1024), 0.5).to(torch.float8_e4m3fn)
+        >>> one = torch.tensor(1.0)
+        >>> with mmaemu.emulate(profile="hopper") as log:
+        ...     y = torch._scaled_mm(x, w.t(), one, one, out_dtype=torch.bfloat16, use_fast_accum=True)
+        >>> y[0, 0].item(), dict(log.served)
+        (1024.0, {(16, 64, 1024): 1})
+    """
+
+    def __init__(
+        self,
+        profile: str | Profile | None = None,
+        *,
+        backend: str = "auto",
+        splitk: SplitKArg | str = "auto",
+        fallback: str | Fallback = Fallback.RAISE,
+    ) -> None:
+        self.profile = get_profile(profile)
+        if not (isinstance(splitk, str) and splitk == "auto"):
+            if isinstance(splitk, str):
+                raise ValueError(
+                    f"splitk={splitk!r}: accepted values are 'auto', 1, (S, 'contiguous'), (S, 'serial') or (S, 'pairwise')"
+                )
+            splitk = SplitK.parse(splitk)
+        self.splitk: SplitKArg | str = splitk
+        try:
+            Backend(backend)
+        except ValueError:
+            accepted = ", ".join(repr(b.value) for b in Backend)
+            raise ValueError(f"backend={backend!r} is not a backend; accepted: {accepted}") from None
+        self.backend = backend
+        try:
+            self.fallback = Fallback(fallback)
+        except ValueError:
+            raise ValueError(f"fallback={fallback!r}: accepted values are 'raise' and 'native'") from None
+        self.log = EmulationLog(self.profile.name)
+        self._mode: _ScaledMmMode | None = None
+
+    def __enter__(self) -> EmulationLog:
+        if self._mode is not None:
+            raise RuntimeError("this mmaemu.emulate() block is already active; make one object per block")
+        self.log = EmulationLog(self.profile.name)
+        self._mode = _ScaledMmMode(self, self.log)
+        self._mode.__enter__()
+        return self.log
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        mode, self._mode = self._mode, None
+        if mode is not None:
+            mode.__exit__(exc_type, exc, tb)
+
+    @property
+    def active(self) -> bool:
+        """Whether the block is running."""
+        return self._mode is not None
+
+    def __repr__(self) -> str:
+        return (f"mmaemu.emulate(profile={self.profile.name!r}, backend={self.backend!r}, "
+                f"splitk={self.splitk!r}, fallback={self.fallback.value!r})")

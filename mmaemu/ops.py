@@ -1,0 +1,206 @@
+"""``mmaemu::scaled_mm``: :func:`mmaemu.scaled_mm` as a torch.library custom operator.
+
+A custom operator is opaque to ``torch.compile`` and ``torch.export``: the graph holds one call
+to ``torch.ops.mmaemu.scaled_mm`` whose shape and dtype come from a registered fake (meta)
+implementation, and at run time the call runs :func:`mmaemu.scaled_mm` on real tensors. So a
+compiled or exported model gets exactly the bits of eager mode, and ``fullgraph=True`` compiles
+without a graph break. :class:`mmaemu.nn.EmulatedFP8Linear` calls the operator.
+
+The operator is registered once, when this module is first imported (``torch.library.custom_op``
+exists since torch 2.4); importing it again, or under another module name, reuses the
+registration.
+
+Operator schema (torch's ``_scaled_mm`` arguments, then mmaemu's)::
+
+    mmaemu::scaled_mm(Tensor mat1, Tensor mat2, Tensor scale_a, Tensor scale_b, Tensor? bias,
+                      Tensor? scale_result, ScalarType? out_dtype, bool use_fast_accum,
+                      str profile, str splitk, str backend) -> Tensor
+
+``profile`` is a profile name or ``""`` for the process default (``MMAEMU_PROFILE``, read when
+the operator runs); ``splitk`` is ``"auto"``, ``"1"`` or ``"S:scheme"`` (``"4:contiguous"``).
+Call it through :func:`scaled_mm` below, which takes mmaemu's usual arguments.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import torch
+
+from . import call
+from .accumulation import SplitK, SplitKArg
+from .errors import ReferenceRejectsError, UnsupportedFeatureError
+from .platform import PROFILES, Profile
+
+__all__ = ["OP_NAME", "scaled_mm", "encode_splitk", "decode_splitk"]
+
+#: the qualified name of the operator.
+OP_NAME = "mmaemu::scaled_mm"
+
+
+def encode_splitk(splitk: SplitKArg | str) -> str:
+    """The operator's string form of a ``splitk`` argument: ``"auto"``, ``"1"`` or ``"S:scheme"``.
+
+    Raises:
+        ValueError: an invalid ``splitk`` (the message lists the accepted forms).
+
+    Example:
+        >>> from mmaemu.ops import encode_splitk
+        >>> encode_splitk("auto"), encode_splitk(1), encode_splitk((4, "contiguous"))
+        ('auto', '1', '4:contiguous')
+    """
+    if isinstance(splitk, str):
+        if splitk != "auto":
+            raise ValueError(
+                f"splitk={splitk!r}: accepted values are 'auto', 1, (S, 'contiguous'), (S, 'serial') or (S, 'pairwise')"
+            )
+        return "auto"
+    split = SplitK.parse(splitk)
+    return "1" if split.parts == 1 else f"{split.parts}:{split.scheme.value}"
+
+
+def decode_splitk(text: str) -> SplitKArg | str:
+    """The inverse of :func:`encode_splitk`.
+
+    Example:
+        >>> from mmaemu.ops import decode_splitk
+        >>> decode_splitk("auto"), decode_splitk("1"), decode_splitk("4:serial")
+        ('auto', 1, (4, 'serial'))
+    """
+    if text == "auto":
+        return "auto"
+    if text == "1":
+        return 1
+    parts, _, scheme = text.partition(":")
+    if not parts.isdigit() or not scheme:
+        raise ValueError(f"not an encoded splitk: {text!r}")
+    return (int(parts), scheme)
+
+
+def _profile_name(profile: str | Profile | None) -> str:
+    if profile is None:
+        return ""
+    if isinstance(profile, Profile):
+        if PROFILES.get(profile.name) is not profile:
+            raise ValueError(f"profile {profile.name!r} is not a registered profile; the operator takes registered names")
+        return profile.name
+    if not isinstance(profile, str) or not profile:
+        raise ValueError(f"profile={profile!r}: pass a profile name, a registered Profile or None")
+    return profile
+
+
+# torch.library infers the schema from these annotations (typing.Optional: torch 2.4+ reads it).
+def _impl(
+    mat1: torch.Tensor,
+    mat2: torch.Tensor,
+    scale_a: torch.Tensor,
+    scale_b: torch.Tensor,
+    bias: Optional[torch.Tensor],
+    scale_result: Optional[torch.Tensor],
+    out_dtype: Optional[torch.dtype],
+    use_fast_accum: bool,
+    profile: str,
+    splitk: str,
+    backend: str,
+) -> torch.Tensor:
+    return call.scaled_mm(
+        mat1, mat2, scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum,
+        profile=profile or None, splitk=decode_splitk(splitk), backend=backend,
+    )
+
+
+def _fake(
+    mat1: torch.Tensor,
+    mat2: torch.Tensor,
+    scale_a: torch.Tensor,
+    scale_b: torch.Tensor,
+    bias: Optional[torch.Tensor],
+    scale_result: Optional[torch.Tensor],
+    out_dtype: Optional[torch.dtype],
+    use_fast_accum: bool,
+    profile: str,
+    splitk: str,
+    backend: str,
+) -> torch.Tensor:
+    """Shape and dtype only; every other check runs with the real tensors."""
+    if mat1.dim() != 2:
+        raise ReferenceRejectsError("mat1 must be a matrix")
+    if mat2.dim() != 2:
+        raise ReferenceRejectsError("mat2 must be a matrix")
+    dtype = out_dtype if out_dtype is not None else mat1.dtype
+    return mat1.new_empty((mat1.shape[0], mat2.shape[1]), dtype=dtype)
+
+
+def _registered() -> bool:
+    try:
+        torch.ops.mmaemu.scaled_mm  # noqa: B018 - raises AttributeError when absent
+    except (AttributeError, RuntimeError):
+        return False
+    return True
+
+
+def _register() -> Callable[..., Any]:
+    """Register the operator once per process; return the callable to use."""
+    if not _registered():
+        op = torch.library.custom_op(OP_NAME, mutates_args=())(_impl)
+        op.register_fake(_fake)
+    return torch.ops.mmaemu.scaled_mm
+
+
+_OP = _register()
+
+
+def scaled_mm(
+    mat1: torch.Tensor,
+    mat2: torch.Tensor,
+    scale_a: torch.Tensor,
+    scale_b: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    scale_result: torch.Tensor | None = None,
+    out_dtype: torch.dtype | None = None,
+    use_fast_accum: bool = False,
+    *,
+    profile: str | Profile | None = None,
+    splitk: SplitKArg | str = "auto",
+    backend: str = "auto",
+) -> torch.Tensor:
+    """:func:`mmaemu.scaled_mm` through the ``mmaemu::scaled_mm`` operator (for compile and export).
+
+    Same arguments, defaults, results and exceptions as :func:`mmaemu.scaled_mm`, except that
+    there is no ``out=`` (a custom operator that writes into an argument would be a mutation) and
+    ``profile=None`` is resolved when the operator runs, not when a graph is traced. Inputs that
+    require grad with grad mode on raise :class:`UnsupportedFeatureError` here, before the
+    operator, since the operator has no autograd formula. NaN, Inf and -0 behave as in
+    :func:`mmaemu.scaled_mm` (NaN codes give the canonical NaN, exact zeros are +0).
+
+    Raises:
+        ValueError: an invalid ``splitk``, or a ``Profile`` object that is not registered.
+        UnsupportedFeatureError: inputs requiring grad in grad mode; and, when the operator runs,
+            everything :func:`mmaemu.scaled_mm` raises.
+
+    Example:
+        >>> import torch, mmaemu
+        >>> from mmaemu import ops
+        >>> x = torch.full((16, 1024), 2.0).to(torch.float8_e4m3fn)
+        >>> w = torch.full((64, 1024), 0.5).to(torch.float8_e4m3fn)
+        >>> one = torch.tensor(1.0)
+        >>> y = ops.scaled_mm(x, w.t(), one, one, out_dtype=torch.bfloat16, use_fast_accum=True,
+        ...                   profile="hopper-te")
+        >>> y.shape, y[0, 0].item()
+        (torch.Size([16, 64]), 1024.0)
+        >>> torch.ops.mmaemu.scaled_mm.default._schema.name
+        'mmaemu::scaled_mm'
+    """
+    if torch.is_grad_enabled():
+        named = (("mat1", mat1), ("mat2", mat2), ("scale_a", scale_a), ("scale_b", scale_b), ("scale_result", scale_result))
+        grads = [name for name, t in named if isinstance(t, torch.Tensor) and t.requires_grad]
+        if grads:
+            raise UnsupportedFeatureError(
+                f"{', '.join(grads)} require grad with grad mode on: mmaemu is inference-only (no autograd); "
+                "run under torch.no_grad() or torch.inference_mode()"
+            )
+    result: torch.Tensor = _OP(
+        mat1, mat2, scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum,
+        _profile_name(profile), encode_splitk(splitk), backend,
+    )
+    return result

@@ -1,0 +1,176 @@
+"""FP8 quantisation of activations and weights, as Transformer Engine casts them.
+
+An FP8 GEMM's bits depend on its FP8 operands, so a model routed through mmaemu must quantise
+exactly as the reference run did. Transformer Engine (TE) casts a tensor to FP8 in three steps,
+each reproduced here:
+
+1. **scale**: ``fp32(x) * scale`` in fp32, rounded to nearest even (TE's cast kernels compute in
+   fp32 whatever the input type);
+2. **saturate** to the format's largest finite value (E4M3 448, E5M2 57344): TE converts with
+   CUDA's ``__NV_SATFINITE`` mode, so overflows and infinities become +-max;
+3. **cast** to FP8, rounding to nearest even.
+
+The GEMM then receives ``scale_inv = fp32(1 / scale)`` (TE's ``reciprocal``, correctly rounded) as
+the operand's ``scale_a`` / ``scale_b``.
+
+Scales come from one of TE's recipes:
+
+- **delayed scaling** (``DelayedScaling``, what Evo 2 uses): a scale stored with the module and
+  updated from an amax history between steps, ``scale = (fp8_max / amax) / 2**margin``
+  (:func:`scale_from_amax`); at inference the checkpoint's stored scale is used as is;
+- **current scaling** (``Float8CurrentScaling``): a scale computed from the tensor itself just
+  before the cast, ``scale = fp8_max / amax(x)`` (:func:`current_scale`).
+
+What is verified: the arithmetic of steps 1-3 is IEEE fp32 multiplication and torch's
+round-to-nearest-even FP8 conversion of a value already within range, which is what TE's kernels
+compute as read from their source (``cast_kernels.cuh``, ``vectorized_pointwise.h``,
+``recipe_common.cuh``). What is **not** verified against TE's own bits, for want of a GPU with TE
+here: the sign of the NaN code a NaN input becomes (it never changes a GEMM output, where any NaN
+operand gives the canonical NaN), TE's handling of NaN inputs in the amax of current scaling
+(``fmaxf`` ignores NaNs, as modelled here), and the ``amax_epsilon`` and power-of-two options of
+current scaling (not modelled: their defaults, 0 and off, are).
+"""
+
+from __future__ import annotations
+
+import enum
+
+import torch
+
+from .formats import Fp8Format, fp8_format_of
+
+__all__ = ["ScalingRecipe", "quantize", "reciprocal_scale", "scale_from_amax", "current_scale", "FP32_MAX"]
+
+#: the largest finite fp32, which TE uses for a scale that would overflow.
+FP32_MAX = float(torch.finfo(torch.float32).max)
+
+
+class ScalingRecipe(enum.Enum):
+    """How the quantisation scale of an activation is obtained."""
+
+    DELAYED = "delayed"  # a stored scale (TE's DelayedScaling; frozen at inference)
+    CURRENT = "current"  # computed from the tensor's own amax at each call (TE's Float8CurrentScaling)
+
+
+def _format(dtype: torch.dtype | Fp8Format) -> Fp8Format:
+    return dtype if isinstance(dtype, Fp8Format) else fp8_format_of(dtype)
+
+
+def _as_fp32_scale(scale: torch.Tensor | float, device: torch.device) -> torch.Tensor:
+    if isinstance(scale, torch.Tensor):
+        if scale.numel() != 1:
+            raise ValueError(f"a tensor-wise scale must have one element, got shape {tuple(scale.shape)}")
+        return scale.to(device=device, dtype=torch.float32).reshape(())
+    return torch.tensor(float(scale), dtype=torch.float32, device=device)
+
+
+def quantize(x: torch.Tensor, scale: torch.Tensor | float, dtype: torch.dtype = torch.float8_e4m3fn) -> torch.Tensor:
+    """Cast ``x`` to FP8 as Transformer Engine does: ``fp8(saturate(fp32(x) * scale))``.
+
+    Args:
+        x: a floating-point tensor (bf16, fp16, fp32, fp64 is converted to fp32 first), any shape.
+        scale: the quantisation scale (TE's ``scale``, not ``scale_inv``): a one-element tensor
+            or a Python number, used in fp32.
+        dtype: ``torch.float8_e4m3fn`` (TE's forward format) or ``torch.float8_e5m2``.
+
+    Returns:
+        A tensor of ``dtype`` and ``x``'s shape. The product is rounded to fp32, saturated to the
+        format's largest finite value (infinities included, as CUDA's SATFINITE conversion) and
+        rounded to nearest even; -0 stays -0; a NaN stays a NaN (its code's sign bit is not
+        verified against TE, and no GEMM output depends on it).
+
+    Raises:
+        ValueError: a non-FP8 ``dtype`` or a scale with more than one element.
+
+    Example:
+        >>> import torch
+        >>> from mmaemu.quantization import quantize
+        >>> x = torch.tensor([1.0, -3.0, 500.0, float("inf"), -0.0, 1.0625])
+        >>> quantize(x, 1.0).float()
+        tensor([  1.,  -3., 448., 448.,  -0.,   1.])
+        >>> quantize(x, torch.tensor(0.5), torch.float8_e5m2).float().tolist()
+        [0.5, -1.5, 256.0, 57344.0, -0.0, 0.5]
+    """
+    fmt = _format(dtype)
+    if not x.is_floating_point():
+        raise ValueError(f"quantize expects a floating-point tensor, got {x.dtype}")
+    s = _as_fp32_scale(scale, x.device)
+    scaled = x.to(torch.float32) * s
+    return scaled.clamp(-fmt.max_finite, fmt.max_finite).to(fmt.dtype)
+
+
+def reciprocal_scale(scale: torch.Tensor | float) -> torch.Tensor:
+    """``scale_inv = fp32(1 / scale)``, correctly rounded: what TE passes to the GEMM.
+
+    Returns:
+        A 0-dim fp32 tensor on ``scale``'s device (the CPU for a number). ``1 / +-0`` gives
+        +-Inf and ``1 / NaN`` NaN, as IEEE division.
+
+    Example:
+        >>> from mmaemu.quantization import reciprocal_scale
+        >>> reciprocal_scale(64.0)
+        tensor(0.0156)
+    """
+    device = scale.device if isinstance(scale, torch.Tensor) else torch.device("cpu")
+    return torch.reciprocal(_as_fp32_scale(scale, device))
+
+
+def scale_from_amax(
+    amax: torch.Tensor | float,
+    dtype: torch.dtype = torch.float8_e4m3fn,
+    *,
+    margin: int = 0,
+    previous: torch.Tensor | float = 1.0,
+) -> torch.Tensor:
+    """Delayed scaling's scale update: ``(fp8_max / amax) / 2**margin`` in fp32.
+
+    ``amax`` is the reduced amax history (its maximum under ``amax_compute_algo="max"``, its most
+    recent entry under ``"most_recent"``). An amax that is zero, negative, infinite or NaN keeps
+    ``previous``; a scale that overflows fp32 becomes the largest finite fp32, as in TE.
+
+    Returns:
+        A 0-dim fp32 tensor on ``amax``'s device.
+
+    Example:
+        >>> from mmaemu.quantization import scale_from_amax
+        >>> scale_from_amax(7.0), scale_from_amax(7.0, margin=1), scale_from_amax(0.0, previous=3.0)
+        (tensor(64.), tensor(32.), tensor(3.))
+    """
+    fmt = _format(dtype)
+    device = amax.device if isinstance(amax, torch.Tensor) else torch.device("cpu")
+    a = _as_fp32_scale(amax, device)
+    prev = _as_fp32_scale(previous, device)
+    max_fp8 = torch.tensor(fmt.max_finite, dtype=torch.float32, device=device)
+    scale = (max_fp8 / a) / torch.tensor(2.0**margin, dtype=torch.float32, device=device)
+    scale = torch.where(torch.isfinite(a) & (a > 0), scale, prev)
+    return torch.where(torch.isinf(scale), torch.full_like(scale, FP32_MAX), scale)
+
+
+def current_scale(x: torch.Tensor, dtype: torch.dtype = torch.float8_e4m3fn) -> torch.Tensor:
+    """Current scaling's scale for ``x``: ``fp8_max / amax(x)`` in fp32 (TE's ``compute_scale_from_amax``).
+
+    ``amax`` is the largest ``|x|`` with NaNs ignored (TE reduces with ``fmaxf``). An amax of 0
+    (including an empty or all-NaN tensor) or Inf gives scale 1; a scale that overflows fp32
+    becomes the largest finite fp32. TE's ``amax_epsilon`` (default 0) and power-of-two scales
+    (default off) are not modelled.
+
+    Returns:
+        A 0-dim fp32 tensor on ``x``'s device.
+
+    Example:
+        >>> import torch
+        >>> from mmaemu.quantization import current_scale
+        >>> current_scale(torch.tensor([1.0, -7.0, float("nan")]))
+        tensor(64.)
+        >>> current_scale(torch.zeros(3))
+        tensor(1.)
+    """
+    fmt = _format(dtype)
+    if x.numel() == 0:
+        return torch.ones((), dtype=torch.float32, device=x.device)
+    magnitude = x.detach().to(torch.float32).abs()
+    amax = torch.where(torch.isnan(magnitude), torch.zeros_like(magnitude), magnitude).amax()
+    max_fp8 = torch.tensor(fmt.max_finite, dtype=torch.float32, device=x.device)
+    scale = max_fp8 / amax
+    scale = torch.where(torch.isinf(scale), torch.full_like(scale, FP32_MAX), scale)
+    return torch.where((amax == 0) | torch.isinf(amax), torch.ones_like(scale), scale)
