@@ -38,7 +38,8 @@ E_MIN = tl.constexpr(-110)
 E_MAX = tl.constexpr(110)
 
 
-@triton.jit
+# M and n_parts vary freely between calls: not specialising on them keeps the compiled variants few.
+@triton.jit(do_not_specialize=["M", "n_parts"])
 def chain_gemm_kernel(
     va_ptr,  # fp32 [KP, M]: values of a, k-major, k in the plan's order
     ea_ptr,  # int8 [KP, M]: exponents of a (ZERO_EXP for zero codes)
