@@ -17,7 +17,7 @@ from .backends import Backend, accumulator_function, auto_fallback, resolve_back
 from .checks import CheckedCall, check_call
 from .epilogue import epilogue
 from .errors import MmaemuError, UnsupportedFeatureError, UnverifiedSplitWarning
-from .formats import FP32_CANONICAL_NAN, fp8_format_of, fp8_nan_mask, from_bits
+from .formats import FP32_CANONICAL_NAN, fp8_format_of, fp8_nan_rows, from_bits
 from .model import CMode, Preset
 from .platform import (
     Problem,
@@ -61,8 +61,8 @@ def _run(a: torch.Tensor, b: torch.Tensor, preset: Preset, fast: bool, split: Sp
     plan = plan_accumulation(a.shape[1], fast=fast, split=split)
     acc = accumulator_function(backend)(a, b, preset, plan)
     # NaN rule: a NaN code anywhere in row m of a or row n of b makes output (m, n) NaN.
-    nan_rows = fp8_nan_mask(a).any(1)
-    nan_cols = fp8_nan_mask(b).any(1)
+    nan_rows = fp8_nan_rows(a)
+    nan_cols = fp8_nan_rows(b)
     if bool(nan_rows.any() or nan_cols.any()):
         canonical = from_bits(torch.tensor(FP32_CANONICAL_NAN, dtype=torch.int32), torch.float32).to(acc.device)
         acc = torch.where(nan_rows[:, None] | nan_cols[None, :], canonical, acc)

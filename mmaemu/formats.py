@@ -21,6 +21,7 @@ __all__ = [
     "DecodedFp8",
     "decode_fp8",
     "fp8_nan_mask",
+    "fp8_nan_rows",
     "fp8_format_of",
     "out_format_of",
     "fp32_exponent",
@@ -216,6 +217,20 @@ def fp8_nan_mask(x: torch.Tensor) -> torch.Tensor:
     fmt = fp8_format_of(x.dtype)
     magnitude = x.view(torch.uint8) & 0x7F
     return magnitude == 0x7F if fmt is Fp8Format.E4M3 else magnitude > 0x7C
+
+
+def fp8_nan_rows(x: torch.Tensor) -> torch.Tensor:
+    """Whether each row (last dimension) of an FP8 tensor holds a NaN code; False for empty rows.
+
+    A code is NaN exactly when its 7 magnitude bits are at least the format's smallest NaN
+    magnitude (E4M3: 0x7F; E5M2: 0x7D), so a row's largest magnitude code decides: one
+    reduction, no per-element mask.
+    """
+    fmt = fp8_format_of(x.dtype)
+    if x.shape[-1] == 0:
+        return torch.zeros(x.shape[:-1], dtype=torch.bool, device=x.device)
+    smallest_nan = 0x7F if fmt is Fp8Format.E4M3 else 0x7D
+    return (x.view(torch.uint8) & 0x7F).amax(-1) >= smallest_nan
 
 
 def decode_fp8(x: torch.Tensor) -> DecodedFp8:

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import torch
 
 from .errors import ExperimentalPresetWarning, UnsupportedFeatureError
-from .formats import EXPONENT_OF_ZERO, FP32_CANONICAL_NAN, decode_fp8, fp8_nan_mask, fp32_exponent, from_bits
+from .formats import EXPONENT_OF_ZERO, FP32_CANONICAL_NAN, decode_fp8, fp8_nan_rows, fp32_exponent, from_bits
 
 __all__ = [
     "Maturity",
@@ -423,7 +423,7 @@ def dot(
         acc = c.to(torch.float32).expand(batch).clone()
     has_inf = bool(a_ops.is_inf.any() or b_ops.is_inf.any())
     acc = chain(a_ops, b_ops, acc, resolved, has_inf=has_inf)
-    nan = fp8_nan_mask(a).any(-1) | fp8_nan_mask(b).any(-1)
+    nan = fp8_nan_rows(a) | fp8_nan_rows(b)
     if bool(nan.any()):
         canonical = from_bits(torch.tensor(FP32_CANONICAL_NAN, dtype=torch.int32), torch.float32)
         acc = torch.where(nan.expand(batch), canonical.to(acc.device), acc)

@@ -131,7 +131,7 @@ def _gemm_error_call(rec: dict[str, Any]) -> None:
 
 
 @pytest.mark.parametrize("rec", RECORDS, ids=[r["id"] for r in RECORDS])
-def test_call_record(rec: dict[str, Any]) -> None:
+def test_call_record(rec: dict[str, Any], backend: str) -> None:
     expect = rec["expect"]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", mmaemu.MmaemuWarning)
@@ -146,7 +146,7 @@ def test_call_record(rec: dict[str, Any]) -> None:
                     mmaemu.scaled_mm(*positional, **kwargs)
                 assert type(info.value) is EXCEPTIONS[expect["error"]] or expect["error"] != "TypeError"
                 return
-            result = mmaemu.scaled_mm(*positional, **kwargs)
+            result = mmaemu.scaled_mm(*positional, **kwargs, backend=backend)
     expected = load().tensor(expect["bits"], expect["dtype"]).reshape(expect["shape"])
     if out is not None:
         assert result is out, "scaled_mm(out=...) must return out"

@@ -65,3 +65,17 @@ def test_nan_mask_matches_torch(fmt: Fp8Format) -> None:
 
     x = torch.arange(256, dtype=torch.int32).to(torch.uint8).view(fmt.dtype)
     assert torch.equal(fp8_nan_mask(x), torch.isnan(x.float()))
+
+
+@pytest.mark.parametrize("fmt", list(Fp8Format))
+def test_nan_rows_flag_exactly_the_rows_with_a_nan_code(fmt: Fp8Format) -> None:
+    from mmaemu.formats import fp8_nan_rows
+
+    # every code alone in a row of +0, at the first and the last position
+    codes = torch.zeros(2, 256, 5, dtype=torch.uint8)
+    codes[0, :, 0] = torch.arange(256, dtype=torch.int32).to(torch.uint8)
+    codes[1, :, 4] = torch.arange(256, dtype=torch.int32).to(torch.uint8)
+    x = codes.view(fmt.dtype)
+    assert torch.equal(fp8_nan_rows(x), torch.isnan(x.float()).any(-1))
+    assert fp8_nan_rows(x).sum() == 2 * (2 if fmt is Fp8Format.E4M3 else 6)
+    assert fp8_nan_rows(torch.zeros(3, 0, dtype=torch.uint8).view(fmt.dtype)).tolist() == [False] * 3

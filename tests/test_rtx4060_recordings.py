@@ -59,7 +59,7 @@ def _operands(rec: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
     return data.tensor(rec["a"], rec["fmt_a"]), data.tensor(rec["b"], rec["fmt_b"])
 
 
-def _run_gemm(rec: dict[str, Any]) -> torch.Tensor:
+def _run_gemm(rec: dict[str, Any], backend: str) -> torch.Tensor:
     a, b = _operands(rec)
     sa, sb = fp32_scalar(rec["scale_a_bits"]), fp32_scalar(rec["scale_b_bits"])
     sr = None if rec["scale_result_bits"] is None else fp32_scalar(rec["scale_result_bits"])
@@ -68,13 +68,14 @@ def _run_gemm(rec: dict[str, Any]) -> torch.Tensor:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", mmaemu.UnverifiedSplitWarning)
         if rec["via"] == "subset":
-            acc = mmaemu.accumulate(a, b, use_fast_accum=rec["use_fast_accum"], splitk=splitk, profile=rec["profile"])
+            acc = mmaemu.accumulate(a, b, use_fast_accum=rec["use_fast_accum"], splitk=splitk, profile=rec["profile"],
+                                    backend=backend)
             got = mmaemu.epilogue(acc, sa, sb, out_dtype=out_dtype, scale_result=sr)
             if rec.get("out_select") == "diagonal":
                 got = torch.diagonal(got).contiguous()
             return got
         call = rec.get("call", {})
-        kwargs: dict[str, Any] = {"profile": rec["profile"], "splitk": splitk}
+        kwargs: dict[str, Any] = {"profile": rec["profile"], "splitk": splitk, "backend": backend}
         if call.get("out_dtype", True) is not False:
             kwargs["out_dtype"] = out_dtype
         if call.get("use_fast_accum", True) is not False:
@@ -90,8 +91,8 @@ def _run_gemm(rec: dict[str, Any]) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("rec", GEMMS, ids=_ids(GEMMS))
-def test_gemm_record(rec: dict[str, Any]) -> None:
-    assert_bitwise_equal(_run_gemm(rec), _expected(rec))
+def test_gemm_record(rec: dict[str, Any], backend: str) -> None:
+    assert_bitwise_equal(_run_gemm(rec, backend), _expected(rec))
 
 
 def test_the_recordings_cover_the_split_families() -> None:

@@ -34,13 +34,9 @@ from ..formats import EXPONENT_OF_ZERO, decode_fp8
 from ..model import CMode, Preset, Rounding
 from . import reference
 
-__all__ = ["accumulate", "NAME", "available", "N_TILE", "M_TILE"]
+__all__ = ["accumulate", "NAME", "available"]
 
 NAME = "cpu"
-#: Output tile: M_TILE rows x N_TILE columns per task.
-N_TILE = 256
-M_TILE = 64
-_SENTINEL = EXPONENT_OF_ZERO  # fits int16; two of them still sit far below any real exponent
 
 try:  # pragma: no cover - exercised where numba is installed (a dependency)
     import numba
@@ -59,12 +55,24 @@ def available() -> tuple[bool, str]:
     return True, f"numba {numba.__version__}, {numba.get_num_threads()} threads"
 
 
+#: int8 exponent of zero and non-finite operands. Real exponents are in [-14, 15], so real
+#: exponent sums are in [-28, 30]; a sum with a zero operand is at most -64 + 15 = -49 and at least
+#: -128 (it fits int8 and never wins a block maximum against a real product).
+_ZERO8 = -64
+#: A block maximum below this means the block has no nonzero product.
+_NO_PRODUCT_BELOW = -40
+
+
+def _int8_exponents(exponents: np.ndarray) -> np.ndarray:
+    return np.where(exponents == EXPONENT_OF_ZERO, _ZERO8, exponents).astype(np.int8)
+
+
 def _tables() -> dict[torch.dtype, tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """Per FP8 format, by code: exact value (fp32, 0 for non-finite), exponent (int16), Inf flag."""
+    """Per FP8 format, by code: exact value (fp32, 0 for non-finite), exponent (int8), Inf flag."""
     out = {}
     for dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
         d = decode_fp8(torch.arange(256, dtype=torch.int32).to(torch.uint8).view(dtype))
-        out[dtype] = (d.value.numpy(), d.exponent.numpy().astype(np.int16), d.is_inf.numpy())
+        out[dtype] = (d.value.numpy(), _int8_exponents(d.exponent.numpy()), d.is_inf.numpy())
     return out
 
 
@@ -102,25 +110,26 @@ if numba is not None:
     def _kernel(  # pragma: no cover - compiled
         va: np.ndarray, ea: np.ndarray, vb_t: np.ndarray, eb_t: np.ndarray,
         kseq: np.ndarray, chain_start: np.ndarray, chain_part: np.ndarray,
-        n_parts: int, order: np.ndarray, block: int, frac: int, out: np.ndarray,
+        n_parts: int, order: np.ndarray, block: int, frac: int,
+        m_tile: int, n_tile: int, out: np.ndarray,
     ) -> None:
         m_rows = va.shape[0]
         n_cols = vb_t.shape[1]
-        n_tiles = (n_cols + N_TILE - 1) // N_TILE
-        m_tiles = (m_rows + M_TILE - 1) // M_TILE
+        n_tiles = (n_cols + n_tile - 1) // n_tile
+        m_tiles = (m_rows + m_tile - 1) // m_tile
         n_chains = chain_part.shape[0]
         keep_mask = np.int32(~((1 << (23 - frac)) - 1))  # F fraction bits of an fp32 significand
         # one task per (M tile, N tile): a block of B is loaded once from memory and reused by
         # every row of the M tile while it sits in cache
         for t in prange(m_tiles * n_tiles):
-            m0 = (t // n_tiles) * M_TILE
-            mm = min(M_TILE, m_rows - m0)
-            n0 = (t % n_tiles) * N_TILE
-            nn = min(N_TILE, n_cols - n0)
+            m0 = (t // n_tiles) * m_tile
+            mm = min(m_tile, m_rows - m0)
+            n0 = (t % n_tiles) * n_tile
+            nn = min(n_tile, n_cols - n0)
             partial = np.zeros((n_parts, mm, nn), dtype=np.float32)
             c = np.zeros((mm, nn), dtype=np.float32)
             c_bits = c.view(np.int32)
-            emax = np.empty(nn, dtype=np.int32)
+            emax = np.empty(nn, dtype=np.int8)
             scale = np.empty(nn, dtype=np.float32)
             scale_bits = scale.view(np.int32)
             unit = np.empty(nn, dtype=np.float32)
@@ -134,32 +143,59 @@ if numba is not None:
                     b1 = min(b0 + block, stop)
                     for i in range(mm):
                         m = m0 + i
-                        # E: c's exponent (c != 0), then every nonzero product's e(a) + e(b)
+                        # E over the products: int8 sums e(a) + e(b), four k at a time (64 lanes a vector)
+                        emax[:] = _ZERO8
+                        idx = b0
+                        while idx + 4 <= b1:
+                            k0, k1, k2, k3 = kseq[idx], kseq[idx + 1], kseq[idx + 2], kseq[idx + 3]
+                            e0, e1, e2, e3 = ea[m, k0], ea[m, k1], ea[m, k2], ea[m, k3]
+                            r0, r1 = eb_t[k0, n0:n0 + nn], eb_t[k1, n0:n0 + nn]
+                            r2, r3 = eb_t[k2, n0:n0 + nn], eb_t[k3, n0:n0 + nn]
+                            for j in range(nn):
+                                emax[j] = max(emax[j], max(max(np.int8(e0 + r0[j]), np.int8(e1 + r1[j])),
+                                                           max(np.int8(e2 + r2[j]), np.int8(e3 + r3[j]))))
+                            idx += 4
+                        while idx < b1:
+                            k0 = kseq[idx]
+                            e0 = ea[m, k0]
+                            r0 = eb_t[k0, n0:n0 + nn]
+                            for j in range(nn):
+                                emax[j] = max(emax[j], np.int8(e0 + r0[j]))
+                            idx += 1
+                        # E = max(c's exponent (c != 0), the products'); 2**(F - E) and 2**(E - F) as
+                        # fp32 bit patterns (E clamped where nothing is nonzero)
                         for j in range(nn):
                             bits = c_bits[i, j]
-                            emax[j] = max(((bits >> 23) & 0xFF) - 127, -126) if bits & 0x7FFFFFFF else _SENTINEL
-                        for idx in range(b0, b1):
-                            k = kseq[idx]
-                            eak = np.int32(ea[m, k])
-                            if eak == _SENTINEL:
-                                continue
-                            erow = eb_t[k, n0:n0 + nn]
-                            for j in range(nn):
-                                emax[j] = max(emax[j], np.int32(eak + erow[j]))
-                        # 2**(F - E) and 2**(E - F) as fp32 bit patterns (E clamped where nothing is nonzero)
-                        for j in range(nn):
-                            e = min(max(emax[j], -100), 100)
+                            e = np.int32(emax[j])
+                            if e < _NO_PRODUCT_BELOW:
+                                e = np.int32(-100)
+                            if bits & 0x7FFFFFFF:
+                                e = max(e, np.int32(max(((bits >> 23) & 0xFF) - 127, -126)))
+                            e = min(e, np.int32(100))
                             scale_bits[j] = (frac - e + 127) << 23
                             unit_bits[j] = (e - frac + 127) << 23
-                            acc[j] = np.float32(math.trunc(c[i, j] * scale[j]))  # exact
-                        for idx in range(b0, b1):
-                            k = kseq[idx]
-                            vak = va[m, k]
-                            if vak == 0.0:
-                                continue
-                            vrow = vb_t[k, n0:n0 + nn]
-                            for j in range(nn):
-                                acc[j] += np.float32(math.trunc((vak * vrow[j]) * scale[j]))  # exact terms and sums
+                            acc[j] = np.trunc(c[i, j] * scale[j])  # exact
+                        # the truncated terms, four k at a time: every term and sum is an exact integer
+                        idx = b0
+                        while idx + 4 <= b1:
+                            k0, k1, k2, k3 = kseq[idx], kseq[idx + 1], kseq[idx + 2], kseq[idx + 3]
+                            v0, v1, v2, v3 = va[m, k0], va[m, k1], va[m, k2], va[m, k3]
+                            if v0 != 0.0 or v1 != 0.0 or v2 != 0.0 or v3 != 0.0:
+                                q0, q1 = vb_t[k0, n0:n0 + nn], vb_t[k1, n0:n0 + nn]
+                                q2, q3 = vb_t[k2, n0:n0 + nn], vb_t[k3, n0:n0 + nn]
+                                for j in range(nn):
+                                    s = scale[j]
+                                    acc[j] += ((np.trunc((v0 * q0[j]) * s) + np.trunc((v1 * q1[j]) * s))
+                                               + (np.trunc((v2 * q2[j]) * s) + np.trunc((v3 * q3[j]) * s)))
+                            idx += 4
+                        while idx < b1:
+                            k0 = kseq[idx]
+                            v0 = va[m, k0]
+                            if v0 != 0.0:
+                                q0 = vb_t[k0, n0:n0 + nn]
+                                for j in range(nn):
+                                    acc[j] += np.trunc((v0 * q0[j]) * scale[j])
+                            idx += 1
                         for j in range(nn):
                             # truncate toward zero to F + 1 significant bits (a mask of the significand),
                             # scale back, and make an exact zero +0
@@ -175,6 +211,16 @@ if numba is not None:
                     for q in range(1, n_parts):
                         total = total + partial[order[q], i, j]
                     out[m0 + i, n0 + j] = total
+
+
+def _tiles(m: int, n: int, threads: int) -> tuple[int, int]:
+    """(M tile, N tile): wide N tiles (long vector loops), shrunk until every thread has tasks."""
+    m_tile, n_tile = 32, 1024
+    while n_tile > 256 and math.ceil(m / m_tile) * math.ceil(n / n_tile) < 4 * threads:
+        n_tile //= 2
+    while m_tile > 4 and math.ceil(m / m_tile) * math.ceil(n / n_tile) < 4 * threads:
+        m_tile //= 2
+    return m_tile, n_tile
 
 
 def _flatten(plan: AccumulationPlan) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -210,7 +256,7 @@ def accumulate(a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: Accumulat
     codes_b = b.detach().contiguous().view(torch.uint8).numpy()
     n_, k_ = codes_b.shape
     vb_t = np.empty((k_, n_), dtype=np.float32)
-    eb_t = np.empty((k_, n_), dtype=np.int16)
+    eb_t = np.empty((k_, n_), dtype=np.int8)
     inf_blocks = np.zeros(max(1, (k_ + 63) // 64), dtype=np.bool_)
     _decode_transposed(codes_b, val_t, exp_t, inf_t, vb_t, eb_t, inf_blocks)
     b_inf = bool(inf_blocks.any())
@@ -220,6 +266,7 @@ def accumulate(a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: Accumulat
     out = np.zeros((m, n), dtype=np.float32)
     if m and n and plan.k:
         kseq, starts, parts, order = _flatten(plan)
+        m_tile, n_tile = _tiles(m, n, numba.get_num_threads())
         _kernel(va, ea, vb_t, eb_t, kseq, starts, parts,
-                len(plan.parts), order, preset.block_size, preset.frac_bits, out)
+                len(plan.parts), order, preset.block_size, preset.frac_bits, m_tile, n_tile, out)
     return torch.from_numpy(out)
