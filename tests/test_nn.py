@@ -1,0 +1,175 @@
+"""EmulatedFP8Linear and TE-style quantisation: the layer returns mmaemu.scaled_mm's bits on the same operands.
+
+Expected values come from ``mmaemu.scaled_mm`` called directly on operands quantised here by
+hand (scale in fp32, saturate, round to nearest even), compared bit for bit.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import mmaemu
+from mmaemu.nn import EmulatedFP8Linear
+from mmaemu.quantization import FP32_MAX, current_scale, quantize, reciprocal_scale, scale_from_amax
+from mmaemu.testing import assert_bitwise_equal
+
+E4M3 = torch.float8_e4m3fn
+# (M, N, K) = (16, 64, 1024): a row of both H100 tables (hopper, hopper-te), S = 1.
+N, K = 64, 1024
+
+
+def _by_hand(x: torch.Tensor, scale: float, dtype: torch.dtype = E4M3) -> torch.Tensor:
+    """The reference quantisation, written independently of mmaemu.quantization."""
+    limit = 448.0 if dtype == E4M3 else 57344.0
+    return (x.to(torch.float32) * torch.tensor(scale, dtype=torch.float32)).clamp(-limit, limit).to(dtype)
+
+
+def _inv(scale: float) -> torch.Tensor:
+    return torch.tensor(1.0, dtype=torch.float32) / torch.tensor(scale, dtype=torch.float32)
+
+
+@pytest.fixture(scope="module")
+def data() -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(7)
+    w = (torch.randn(N, K, generator=g) * 0.05).to(torch.bfloat16)
+    x = (torch.randn(2, 8, K, generator=g) * 3).to(torch.bfloat16)
+    x[0, 1, :5] = torch.tensor([1000.0, -1000.0, float("inf"), -0.0, 0.0])  # saturation, Inf, signed zeros
+    return w, x
+
+
+def test_layer_equals_scaled_mm_on_the_same_operands(data: tuple[torch.Tensor, torch.Tensor], backend: str) -> None:
+    w, x = data
+    ws, xs = 3000.0, 37.0  # not powers of two: the fp32 product rounds
+    layer = EmulatedFP8Linear(w, weight_scale=ws, input_scale=xs, backend=backend)
+    with torch.inference_mode():
+        y = layer(x)
+    xq = _by_hand(x, xs).reshape(-1, K)
+    wq = _by_hand(w, ws)
+    want = mmaemu.scaled_mm(xq, wq.t(), _inv(xs), _inv(ws), out_dtype=torch.bfloat16, use_fast_accum=True,
+                            profile="hopper-te")
+    assert y.shape == (2, 8, N) and y.dtype == torch.bfloat16
+    assert_bitwise_equal(y.reshape(-1, N), want)
+    assert_bitwise_equal(layer.weight, wq)
+    assert float(xq.float().abs().max()) == 448.0  # the saturated entries are in the operands
+
+
+def test_from_linear_and_fp8_weight_give_the_same_layer(data: tuple[torch.Tensor, torch.Tensor]) -> None:
+    w, x = data
+    lin = torch.nn.Linear(K, N, bias=False).to(torch.bfloat16)
+    with torch.no_grad():
+        lin.weight.copy_(w)
+    a = EmulatedFP8Linear.from_linear(lin, weight_scale=3000.0, input_scale=37.0, profile="hopper")
+    b = EmulatedFP8Linear(_by_hand(w, 3000.0), weight_scale_inv=_inv(3000.0), input_scale=37.0, profile="hopper")
+    c = EmulatedFP8Linear(_by_hand(w, 3000.0), weight_scale=3000.0, input_scale=torch.tensor([37.0]), profile="hopper")
+    with torch.inference_mode():
+        ya, yb, yc = a(x), b(x), c(x)
+    assert_bitwise_equal(ya, yb)
+    assert_bitwise_equal(ya, yc)
+
+
+def test_current_scaling_uses_the_inputs_amax(data: tuple[torch.Tensor, torch.Tensor]) -> None:
+    w, _ = data
+    x = (torch.randn(16, K, generator=torch.Generator().manual_seed(3)) * 5).to(torch.bfloat16)
+    x[3, 3] = float("nan")  # ignored by the amax; its output row is the canonical NaN
+    layer = EmulatedFP8Linear(w, weight_scale=3000.0, input_scale=None, out_dtype=torch.float32, profile="hopper-te")
+    with torch.inference_mode():
+        y = layer(x)
+    finite = x.float().nan_to_num(0.0).abs()
+    scale = float(torch.tensor(448.0) / finite.max())
+    want = mmaemu.scaled_mm(_by_hand(x, scale), _by_hand(w, 3000.0).t(), _inv(scale), _inv(3000.0),
+                            out_dtype=torch.float32, use_fast_accum=True, profile="hopper-te")
+    assert_bitwise_equal(y, want)
+    assert torch.isnan(y[3]).all() and not torch.isnan(y[2]).any()
+
+
+def test_explicit_splitk_and_undecided_shapes() -> None:
+    g = torch.Generator().manual_seed(11)
+    w = torch.randn(48, 256, generator=g).to(torch.bfloat16)  # (M, N, K) = (16, 48, 256): in no H100 table
+    x = torch.randn(16, 256, generator=g).to(torch.bfloat16)
+    with torch.inference_mode():
+        with pytest.raises(mmaemu.SplitKUnknownError):
+            EmulatedFP8Linear(w, weight_scale=100.0, input_scale=10.0)(x)
+        y = EmulatedFP8Linear(w, weight_scale=100.0, input_scale=10.0, splitk=1)(x)
+        y2 = EmulatedFP8Linear(w, weight_scale=100.0, input_scale=10.0, splitk=(2, "contiguous"))(x)
+    want = mmaemu.scaled_mm(_by_hand(x, 10.0), _by_hand(w, 100.0).t(), _inv(10.0), _inv(100.0),
+                            out_dtype=torch.bfloat16, use_fast_accum=True, profile="hopper-te", splitk=1)
+    assert_bitwise_equal(y, want)
+    want2 = mmaemu.scaled_mm(_by_hand(x, 10.0), _by_hand(w, 100.0).t(), _inv(10.0), _inv(100.0),
+                             out_dtype=torch.bfloat16, use_fast_accum=True, profile="hopper-te",
+                             splitk=(2, "contiguous"))
+    assert_bitwise_equal(y2, want2)
+
+
+def test_dtype_conversion_keeps_fp8_weight_and_fp32_scales(data: tuple[torch.Tensor, torch.Tensor]) -> None:
+    w, x = data
+    layer = EmulatedFP8Linear(w, weight_scale=3000.0, input_scale=37.0)
+    before = {k: v.clone() for k, v in layer.state_dict().items()}
+    layer.to(torch.bfloat16).half().float()
+    for name, value in layer.state_dict().items():
+        assert_bitwise_equal(value, before[name])
+    fresh = EmulatedFP8Linear(torch.zeros(N, K), weight_scale=1.0, input_scale=1.0)
+    fresh.load_state_dict(before)
+    with torch.inference_mode():
+        assert_bitwise_equal(fresh(x), layer(x))
+
+
+def test_refusals() -> None:
+    w = torch.randn(N, K)
+    with pytest.raises(mmaemu.UnsupportedFeatureError):
+        EmulatedFP8Linear.from_linear(torch.nn.Linear(K, N), weight_scale=1.0, input_scale=1.0)
+    with pytest.raises(ValueError):
+        EmulatedFP8Linear(w, input_scale=1.0)  # a float weight needs its scale
+    with pytest.raises(ValueError):
+        EmulatedFP8Linear(w.to(E4M3), input_scale=1.0)  # an FP8 weight needs one of its scales
+    with pytest.raises(ValueError):
+        EmulatedFP8Linear(w, weight_scale=torch.ones(2), input_scale=1.0)
+    with pytest.raises(ValueError):
+        EmulatedFP8Linear(w, weight_scale=1.0, input_scale=1.0, splitk=3)
+    with pytest.raises(ValueError):
+        EmulatedFP8Linear(w, weight_scale=1.0, input_scale=1.0, profile="h100")
+    layer = EmulatedFP8Linear(w, weight_scale=1.0, input_scale=1.0)
+    x = torch.randn(16, K, requires_grad=True)
+    with pytest.raises(mmaemu.UnsupportedFeatureError, match="inference-only"):
+        layer(x)
+    with pytest.raises(TypeError):
+        layer(x.detach().to(E4M3))
+    with pytest.raises(mmaemu.ReferenceRejectsError, match="divisible by 16"):
+        EmulatedFP8Linear(torch.randn(N, 40), weight_scale=1.0, input_scale=1.0, splitk=1)(torch.randn(16, 40))
+
+
+# ---- quantisation -------------------------------------------------------------------------
+
+
+def test_quantize_rounds_to_nearest_even_and_saturates() -> None:
+    # E4M3 near 1: step 1/8. Ties go to the even code; beyond 448 (and Inf) saturates.
+    x = torch.tensor([1.0625, 1.1875, -1.0625, 464.0, 480.0, 1e30, float("inf"), float("-inf"), -0.0, 2.0**-10])
+    got = quantize(x, 1.0).float().tolist()
+    assert got == [1.0, 1.25, -1.0, 448.0, 448.0, 448.0, 448.0, -448.0, -0.0, 0.0]
+    assert quantize(torch.tensor([-0.0]), 5.0).view(torch.uint8).item() == 0x80
+    assert torch.isnan(quantize(torch.tensor([float("nan")]), 1.0).float()).all()
+    e5m2 = quantize(torch.tensor([60000.0, float("inf"), 1.125]), 1.0, torch.float8_e5m2).float().tolist()
+    assert e5m2 == [57344.0, 57344.0, 1.0]
+
+
+def test_quantize_multiplies_in_fp32() -> None:
+    # bf16 input times an fp32 scale: the product is rounded to fp32, not to bf16, before the cast.
+    # 1.0625 * (1 + 2^-20) is just above the E4M3 tie 1.0625 in fp32 (-> 1.125), exactly on it in bf16 (-> 1.0).
+    x = torch.tensor([1.0625], dtype=torch.bfloat16)
+    scale = torch.tensor(1.0 + 2.0**-20, dtype=torch.float32)
+    assert quantize(x, scale).float().item() == 1.125
+    assert (x * scale).to(E4M3).float().item() == 1.0  # what a bf16 product would give
+    assert_bitwise_equal(quantize(x, scale), _by_hand(x, float(scale)))
+
+
+def test_scales() -> None:
+    assert scale_from_amax(7.0).item() == 64.0
+    assert scale_from_amax(7.0, margin=2).item() == 16.0
+    assert scale_from_amax(float("inf"), previous=5.0).item() == 5.0
+    assert scale_from_amax(float("nan"), previous=5.0).item() == 5.0
+    assert scale_from_amax(1e-45).item() == FP32_MAX
+    assert scale_from_amax(57344.0 / 4, torch.float8_e5m2).item() == 4.0
+    assert current_scale(torch.tensor([float("inf"), 1.0])).item() == 1.0
+    assert current_scale(torch.empty(0)).item() == 1.0
+    assert current_scale(torch.tensor([3.0], dtype=torch.bfloat16)).item() == pytest.approx(448.0 / 3.0)
+    assert_bitwise_equal(reciprocal_scale(3.0), torch.tensor(1.0) / torch.tensor(3.0))
