@@ -1,0 +1,160 @@
+"""The Triton backend's self-test, its cache, and how ``backend=`` reacts to it.
+
+The self-test itself runs in Triton's CPU interpreter (CI has no GPU); routing for CUDA devices is
+tested by substituting self-test reports (no CUDA tensor is ever created).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # before mmaemu imports the kernels
+
+import pytest
+import torch
+
+import mmaemu
+from mmaemu import backends
+from mmaemu.backends import Backend, auto_fallback, resolve_backend, triton_backend, triton_selftest
+from mmaemu.backends.triton_selftest import KernelResult, SelfTestReport
+from mmaemu.cli import main
+from mmaemu.errors import BackendFallbackWarning, BackendUnavailableError
+
+REPO = Path(__file__).resolve().parents[1]
+HAVE_TRITON = triton_backend.available()[0]
+needs_triton = pytest.mark.skipif(not HAVE_TRITON, reason="triton is not installed (pip install 'mmaemu[triton]')")
+CUDA0 = torch.device("cuda", 0)
+
+
+def _failed_report(key: str) -> SelfTestReport:
+    return SelfTestReport(key, (
+        KernelResult("chain_gemm[B=32,F=13]", True, "6 problems bit-exact"),
+        KernelResult("chain_gemm[B=16,F=13]", False, "case 'x': 3 of 144 outputs differ from the reference backend"),
+    ))
+
+
+@pytest.fixture
+def clean_state(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Isolate the self-test cache and the once-per-device warning set."""
+    monkeypatch.setattr(triton_selftest, "_REPORTS", dict(triton_selftest._REPORTS))
+    monkeypatch.setattr(backends, "_WARNED", set())
+
+
+@needs_triton
+def test_selftest_passes_in_the_interpreter_and_is_cached() -> None:
+    if not triton_backend.interpreting():  # pragma: no cover
+        pytest.skip("kernels compiled for a GPU")
+    report = triton_selftest.selftest("cpu")
+    assert report.passed, report.summary()
+    assert [k.kernel for k in report.kernels] == ["chain_gemm[B=32,F=13]", "chain_gemm[B=16,F=13]"]
+    assert report.summary() == "all 2 kernels passed"
+    assert triton_selftest.selftest(torch.device("cpu")) is report  # once per device and process
+    assert triton_selftest.cached_report(torch.device("cpu")) is report
+
+
+@needs_triton
+def test_a_broken_kernel_fails_the_selftest(monkeypatch: pytest.MonkeyPatch, clean_state: None) -> None:
+    real = triton_selftest.accumulate_unchecked
+
+    def off_by_one_ulp(a, b, preset, plan, config=None):  # type: ignore[no-untyped-def]
+        out = real(a, b, preset, plan, config)
+        if preset.block_size == 16:  # break only the ada specialisation
+            out = (out.view(torch.int32) ^ 1).view(torch.float32)
+        return out
+
+    monkeypatch.setattr(triton_selftest, "accumulate_unchecked", off_by_one_ulp)
+    report = triton_selftest.selftest("cpu", refresh=True)
+    assert not report.passed
+    (bad,) = report.failed()
+    assert bad.kernel == "chain_gemm[B=16,F=13]"
+    assert "outputs differ from the reference backend" in bad.reason and "expected 0x" in bad.reason
+    assert "chain_gemm[B=16,F=13]" in report.summary()
+
+
+def test_auto_routes_cuda_tensors_to_triton_when_the_selftest_passed(
+    monkeypatch: pytest.MonkeyPatch, clean_state: None
+) -> None:
+    monkeypatch.setattr(triton_backend, "available", lambda device=None: (True, "triton test"))
+    ok = SelfTestReport("cuda:0", (KernelResult("chain_gemm[B=32,F=13]", True, "fine"),))
+    triton_selftest._REPORTS["cuda:0"] = ok
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert resolve_backend("auto", CUDA0) is Backend.TRITON
+    assert auto_fallback(CUDA0) is None
+
+
+def test_auto_falls_back_once_per_device_when_a_kernel_failed(
+    monkeypatch: pytest.MonkeyPatch, clean_state: None
+) -> None:
+    monkeypatch.setattr(triton_backend, "available", lambda device=None: (True, "triton test"))
+    triton_selftest._REPORTS["cuda:0"] = _failed_report("cuda:0")
+    with pytest.warns(BackendFallbackWarning) as caught:
+        assert resolve_backend("auto", CUDA0) is Backend.REFERENCE
+    (w,) = caught
+    assert "chain_gemm[B=16,F=13]" in str(w.message) and "3 of 144 outputs differ" in str(w.message)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the second call on the same device is silent
+        assert resolve_backend("auto", CUDA0) is Backend.REFERENCE
+    assert "chain_gemm[B=16,F=13]" in (auto_fallback(CUDA0) or "")
+    # CPU routing is untouched by the CUDA self-test
+    assert resolve_backend("auto", torch.device("cpu")) in (Backend.CPU, Backend.REFERENCE)
+
+
+def test_auto_without_triton_stays_silent_on_cuda(monkeypatch: pytest.MonkeyPatch, clean_state: None) -> None:
+    monkeypatch.setattr(triton_backend, "available", lambda device=None: (False, "triton is not installed"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert resolve_backend("auto", CUDA0) is Backend.REFERENCE
+    assert auto_fallback(CUDA0) == "backend 'triton': triton is not installed"
+
+
+@needs_triton
+def test_explicit_triton_raises_when_the_selftest_failed(clean_state: None) -> None:
+    if not triton_backend.interpreting():  # pragma: no cover
+        pytest.skip("kernels compiled for a GPU")
+    triton_selftest._REPORTS["cpu"] = _failed_report("cpu")
+    a = torch.ones(2, 32).to(torch.float8_e4m3fn)
+    with pytest.raises(BackendUnavailableError, match=r"chain_gemm\[B=16,F=13\] failed: case 'x'"):
+        mmaemu.accumulate(a, a, use_fast_accum=True, backend="triton")
+
+
+@needs_triton
+def test_cli_selftest_exit_status(clean_state: None, capsys: pytest.CaptureFixture[str]) -> None:
+    if not triton_backend.interpreting():  # pragma: no cover
+        pytest.skip("kernels compiled for a GPU")
+    assert main(["selftest", "--device", "cpu"]) == 0
+    assert "all kernels passed" in capsys.readouterr().out
+    triton_selftest._REPORTS["cpu"] = _failed_report("cpu")
+    assert main(["selftest", "--device", "cpu"]) == 1
+    out = capsys.readouterr().out
+    assert "FAILED" in out and "chain_gemm[B=16,F=13]" in out
+
+
+def test_package_works_without_triton() -> None:
+    code = (
+        "import sys; sys.modules['triton'] = None\n"
+        "import torch, mmaemu\n"
+        "from mmaemu.backends import triton_backend, resolve_backend, Backend\n"
+        "from mmaemu.errors import BackendUnavailableError\n"
+        "ok, why = triton_backend.available()\n"
+        "assert not ok and 'not installed' in why, why\n"
+        "assert resolve_backend('auto', torch.device('cuda', 0)) is Backend.REFERENCE\n"
+        "a = torch.ones(2, 32).to(torch.float8_e4m3fn)\n"
+        "assert mmaemu.accumulate(a, a, use_fast_accum=True, backend='reference')[0, 0].item() == 32.0\n"
+        "try:\n"
+        "    mmaemu.accumulate(a, a, use_fast_accum=True, backend='triton')\n"
+        "except BackendUnavailableError as exc:\n"
+        "    assert 'triton is not installed' in str(exc)\n"
+        "else:\n"
+        "    raise SystemExit('no error')\n"
+        "from mmaemu.cli import main\n"
+        "assert main(['selftest', '--device', 'cpu']) == 1\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]

@@ -1,0 +1,215 @@
+"""The Triton backend's kernels in Triton's CPU interpreter, bit for bit against the reference backend.
+
+CI has no GPU: ``TRITON_INTERPRET=1`` (set here, before the kernels are first imported) runs the
+same kernels on CPU tensors with numpy, exactly for integer and IEEE fp32 work. Every branch of
+the kernel and of its launcher is covered: both presets, all three format pairs, fast and slow
+accumulation, S = 1..4 in every split scheme, K not a multiple of 16/32/128, K = 0, M or N = 0,
+output tiles cut by the matrix edge, adversarial data, Inf codes (delegated), NaN codes (the NaN
+rule of the caller), a preset the kernel does not express (delegated), every output dtype.
+Expected bits come from the reference backend (or the slow model), never from the code under test.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # before mmaemu imports the kernels
+
+import pytest
+import torch
+
+pytest.importorskip("triton", reason="triton is not installed (pip install 'mmaemu[triton]')")
+
+import mmaemu  # noqa: E402
+from mmaemu.accumulation import Scheme, SplitK, plan_accumulation  # noqa: E402
+from mmaemu.backends import reference, triton_backend  # noqa: E402
+from mmaemu.backends.triton_backend import TileConfig, accumulate_unchecked  # noqa: E402
+from mmaemu.backends.triton_selftest import adversarial_codes  # noqa: E402
+from mmaemu.model import ADA, B200_MMA_SYNC, HOPPER  # noqa: E402
+
+if not triton_backend.interpreting():  # pragma: no cover - the kernels were imported before this file
+    pytest.skip("the Triton kernels were compiled for a GPU, not the interpreter", allow_module_level=True)
+
+PRESETS = {"hopper": HOPPER, "ada": ADA}
+PAIRS = [("e4m3", "e4m3"), ("e4m3", "e5m2"), ("e5m2", "e4m3")]
+FMT = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
+NONE = SplitK(1, Scheme.NONE)
+
+
+def assert_same_bits(got: torch.Tensor, want: torch.Tensor) -> None:
+    assert got.dtype == want.dtype and got.shape == want.shape
+    g, w = got.contiguous().view(torch.uint8), want.contiguous().view(torch.uint8)
+    if not torch.equal(g, w):
+        bad = (got.view(torch.int32) != want.view(torch.int32)).nonzero()[:5].tolist()
+        raise AssertionError(f"{int((got.view(torch.int32) != want.view(torch.int32)).sum())} outputs differ, "
+                             f"first at {bad}: {got[tuple(bad[0])]} vs {want[tuple(bad[0])]}")
+
+
+def check(a: torch.Tensor, b: torch.Tensor, preset: object, fast: bool, split: SplitK,
+          config: TileConfig | None = None) -> torch.Tensor:
+    plan = plan_accumulation(a.shape[1], fast=fast, split=split)
+    want = reference.accumulate(a, b, preset, plan)  # type: ignore[arg-type]
+    got = accumulate_unchecked(a, b, preset, plan, config)  # type: ignore[arg-type]
+    assert_same_bits(got, want)
+    return got
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["fast", "slow"])
+@pytest.mark.parametrize("pair", PAIRS, ids=lambda p: f"{p[0]}x{p[1]}")
+@pytest.mark.parametrize("preset", list(PRESETS))
+def test_presets_formats_and_accumulation(preset: str, pair: tuple[str, str], fast: bool) -> None:
+    seed = hash((preset, pair, fast)) % 1000
+    a = adversarial_codes(21, 272, pair[0], seed)  # K = 272: not a multiple of 32 or 128
+    b = adversarial_codes(34, 272, pair[1], seed + 1)
+    check(a, b, PRESETS[preset], fast, NONE)
+
+
+SPLITS = [NONE] + [SplitK(s, scheme) for s in (2, 3, 4) for scheme in (Scheme.CONTIGUOUS, Scheme.SERIAL, Scheme.PAIRWISE)]
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["fast", "slow"])
+@pytest.mark.parametrize("split", SPLITS, ids=repr)
+@pytest.mark.parametrize("preset", list(PRESETS))
+def test_every_split_scheme(preset: str, split: SplitK, fast: bool) -> None:
+    k = 400  # 4 contiguous tiles (the last short), 7 round-robin tiles: uneven parts
+    a = adversarial_codes(7, k, "e4m3", 100 + split.parts)
+    b = adversarial_codes(9, k, "e5m2" if split.parts % 2 else "e4m3", 200 + split.parts)
+    check(a, b, PRESETS[preset], fast, split)
+
+
+def test_empty_parts_contribute_plus_zero() -> None:
+    # contiguous S = 3 over 2 tiles and round-robin S = 4 over 2 tiles: some parts own nothing
+    a, b = adversarial_codes(5, 160, "e4m3", 7), adversarial_codes(6, 160, "e4m3", 8)
+    check(a, b, HOPPER, True, SplitK(3, Scheme.CONTIGUOUS))
+    a, b = adversarial_codes(5, 96, "e4m3", 9), adversarial_codes(6, 96, "e4m3", 10)
+    check(a, b, ADA, False, SplitK(4, Scheme.PAIRWISE))
+
+
+@pytest.mark.parametrize("k", [1, 5, 16, 17, 31, 33, 48, 127, 129])
+def test_short_and_padded_blocks(k: int) -> None:
+    a, b = adversarial_codes(6, k, "e4m3", k), adversarial_codes(5, k, "e5m2", k + 1)
+    for preset in (HOPPER, ADA):
+        check(a, b, preset, k % 2 == 0, NONE)
+
+
+def test_zero_sizes() -> None:
+    plan0 = plan_accumulation(0, fast=True, split=NONE)
+    empty = torch.zeros(3, 0).to(torch.float8_e4m3fn)
+    out = accumulate_unchecked(empty, torch.zeros(4, 0).to(torch.float8_e4m3fn), HOPPER, plan0)
+    assert out.shape == (3, 4) and torch.equal(out.view(torch.int32), torch.zeros(3, 4, dtype=torch.int32))
+    plan = plan_accumulation(32, fast=True, split=NONE)
+    a = adversarial_codes(0, 32, "e4m3", 1)
+    b = adversarial_codes(4, 32, "e4m3", 2)
+    assert accumulate_unchecked(a, b, HOPPER, plan).shape == (0, 4)
+    assert accumulate_unchecked(b, a, HOPPER, plan).shape == (4, 0)
+
+
+@pytest.mark.parametrize("config", [TileConfig(16, 16, 1), TileConfig(8, 32, 1), TileConfig(32, 8, 1)],
+                         ids=lambda c: f"{c.block_m}x{c.block_n}")
+def test_edge_tiles(config: TileConfig) -> None:
+    # M and N not multiples of the tile: programs whose tiles the matrix edge cuts
+    a, b = adversarial_codes(37, 96, "e4m3", 31), adversarial_codes(41, 96, "e4m3", 32)
+    check(a, b, HOPPER, False, SplitK(2, Scheme.SERIAL), config)
+    check(a[:1], b[:1], ADA, True, NONE, config)  # M = N = 1
+
+
+def _codes(rows: list[list[int]], fmt: str) -> torch.Tensor:
+    return torch.tensor(rows, dtype=torch.uint8).view(FMT[fmt])
+
+
+def test_truncation_boundaries_and_cancellation() -> None:
+    k = 64
+    one, big = 0x38, 0x7E  # 1.0 and 448 (e4m3)
+    rows = [
+        [big] + [0x01] * (k - 1),  # one large product, 63 subnormal ones: all truncated away
+        [big, big | 0x80] + [one] * (k - 2),  # exact cancellation of the largest terms
+        [0x30 + (i % 8) for i in range(k)],  # a run of values just below 1: carries
+        [one | (0x80 if i % 2 else 0) for i in range(k)],  # alternating signs
+        [0x00, 0x80] * (k // 2),  # zeros of both signs: +0
+        [0x7E, 0x08] * (k // 2),  # largest and smallest normal
+    ]
+    a = _codes(rows, "e4m3")
+    b = _codes([[one] * k, [0x01] * k, [0x7B] * k], "e5m2")  # 1.0, smallest subnormal, 57344
+    for preset in (HOPPER, ADA):
+        for fast in (True, False):
+            got = check(a, b, preset, fast, NONE)
+            assert (got.view(torch.int32)[4] == 0).all()  # +0, never -0
+
+
+def test_against_the_slow_model() -> None:
+    import slowmodel as sm
+
+    a = adversarial_codes(3, 200, "e4m3", 77)
+    b = adversarial_codes(4, 200, "e5m2", 78)
+    for fast, (parts, scheme) in ((True, (1, "none")), (False, (3, "pairwise"))):
+        split = NONE if parts == 1 else SplitK(parts, Scheme(scheme))
+        got = accumulate_unchecked(a, b, HOPPER, plan_accumulation(200, fast=fast, split=split))
+        for i, row_a in enumerate(a.view(torch.uint8).tolist()):
+            for j, row_b in enumerate(b.view(torch.uint8).tolist()):
+                want = sm.accumulate(row_a, row_b, "e4m3", "e5m2", 32, 13, fast, parts, scheme)
+                assert int(got.view(torch.int32)[i, j]) & 0xFFFFFFFF == want
+
+
+def test_inf_codes_are_delegated_to_the_reference() -> None:
+    a = adversarial_codes(5, 64, "e5m2", 3)
+    b = adversarial_codes(6, 64, "e4m3", 4)
+    a_codes = a.view(torch.uint8).clone()
+    a_codes[1, 3] = 0x7C  # +Inf
+    a_codes[2, 40] = 0xFC  # -Inf
+    got = check(a_codes.view(torch.float8_e5m2), b, HOPPER, True, NONE)
+    assert not torch.isfinite(got[1:3]).all()
+
+
+def test_nan_codes_follow_the_callers_rule() -> None:
+    a = adversarial_codes(4, 64, "e4m3", 5)
+    b = adversarial_codes(5, 64, "e4m3", 6)
+    a_codes = a.view(torch.uint8).clone()
+    a_codes[2, 10] = 0x7F
+    a = a_codes.view(torch.float8_e4m3fn)
+    got = mmaemu.accumulate(a, b, use_fast_accum=True, backend="triton")
+    want = mmaemu.accumulate(a, b, use_fast_accum=True, backend="reference")
+    assert_same_bits(got, want)
+    assert (got[2].view(torch.int32) == 0x7FFFFFFF).all()
+
+
+def test_presets_the_kernel_does_not_express_are_delegated() -> None:
+    assert not triton_backend.supports_preset(B200_MMA_SYNC)
+    a, b = adversarial_codes(3, 64, "e4m3", 11), adversarial_codes(4, 64, "e4m3", 12)
+    check(a, b, B200_MMA_SYNC, True, NONE)
+
+
+def test_random_wide_range() -> None:
+    gen = torch.Generator().manual_seed(3)
+    a = (torch.randn(19, 208, generator=gen) * torch.exp2(torch.randint(-10, 10, (19, 208), generator=gen).float()))
+    b = (torch.randn(23, 208, generator=gen) * 30)
+    check(a.clamp(-448, 448).to(torch.float8_e4m3fn), b.clamp(-448, 448).to(torch.float8_e4m3fn), HOPPER, True,
+          NONE)
+
+
+OUTS = [torch.float32, torch.bfloat16, torch.float16, torch.float8_e4m3fn, torch.float8_e5m2]
+
+
+@pytest.mark.parametrize("out_dtype", OUTS, ids=lambda d: str(d).replace("torch.", ""))
+def test_scaled_mm_every_output_dtype(out_dtype: torch.dtype) -> None:
+    # E4M3 x E4M3 -> E5M2 is rejected by the reference cuBLASLt: use E5M2 x E4M3 there
+    fmt_a = "e5m2" if out_dtype == torch.float8_e5m2 else "e4m3"
+    x = adversarial_codes(24, 160, fmt_a, 40)
+    w = adversarial_codes(32, 160, "e4m3", 41)
+    sa, sb = torch.tensor(0.375), torch.tensor(1 / 1024)
+    kwargs = dict(out_dtype=out_dtype, use_fast_accum=out_dtype != torch.float32, splitk=1)
+    extra = {"scale_result": torch.tensor(0.5)} if out_dtype.itemsize == 1 else {}
+    got = mmaemu.scaled_mm(x, w.t(), sa, sb, backend="triton", **extra, **kwargs)  # type: ignore[arg-type]
+    want = mmaemu.scaled_mm(x, w.t(), sa, sb, backend="reference", **extra, **kwargs)  # type: ignore[arg-type]
+    assert_same_bits(got, want)
+
+
+def test_scaled_mm_with_an_explicit_split() -> None:
+    x = adversarial_codes(8, 384, "e4m3", 50)
+    w = adversarial_codes(16, 384, "e4m3", 51)
+    one = torch.tensor(1.0)
+    for profile, split in (("hopper", (3, "contiguous")), ("ada", (4, "pairwise"))):
+        got = mmaemu.scaled_mm(x, w.t(), one, one, out_dtype=torch.bfloat16, profile=profile, splitk=split,
+                               backend="triton")
+        want = mmaemu.scaled_mm(x, w.t(), one, one, out_dtype=torch.bfloat16, profile=profile, splitk=split,
+                                backend="reference")
+        assert_same_bits(got, want)
