@@ -1,0 +1,193 @@
+"""mmaemu.emulate(): torch._scaled_mm calls inside the block return mmaemu.scaled_mm's bits; outside, torch's."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+import mmaemu
+from mmaemu.testing import assert_bitwise_equal, bitwise_diff
+
+E4M3 = torch.float8_e4m3fn
+# (M, N, K) = (32, 64, 1024): rows of both H100 tables and of the RTX 4060's (S = 1).
+M, N, K = 32, 64, 1024
+
+
+@pytest.fixture(scope="module")
+def operands() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(1)
+    a = (torch.randn(M, K, generator=g) * 40).clamp(-448, 448).to(E4M3)
+    b = (torch.randn(N, K, generator=g) * 40).clamp(-448, 448).to(E4M3)
+    return a, b, torch.tensor(1 / 64), torch.tensor(1 / 32)
+
+
+def _expected(a: torch.Tensor, b: torch.Tensor, sa: torch.Tensor, sb: torch.Tensor, profile: str = "hopper",
+              **kw: object) -> torch.Tensor:
+    return mmaemu.scaled_mm(a, b.t(), sa, sb, out_dtype=torch.bfloat16, use_fast_accum=True, profile=profile, **kw)  # type: ignore[arg-type]
+
+
+def _native(a: torch.Tensor, b: torch.Tensor, sa: torch.Tensor, sb: torch.Tensor) -> torch.Tensor:
+    return torch._scaled_mm(a, b.t(), sa, sb, out_dtype=torch.bfloat16, use_fast_accum=True)
+
+
+class _Layer(torch.nn.Module):
+    def __init__(self, b: torch.Tensor, sb: torch.Tensor) -> None:
+        super().__init__()
+        self.register_buffer("w", b)
+        self.register_buffer("sw", sb)
+
+    def forward(self, a: torch.Tensor, sa: torch.Tensor) -> torch.Tensor:
+        return torch._scaled_mm(a, self.w.t(), sa, self.sw, out_dtype=torch.bfloat16, use_fast_accum=True)
+
+
+def test_intercepts_a_plain_function_and_a_module(operands: tuple[torch.Tensor, ...], backend: str) -> None:
+    a, b, sa, sb = operands
+    layer = _Layer(b, sb)
+    with mmaemu.emulate(profile="ada", backend=backend) as log:
+        from_function = _native(a, b, sa, sb)
+        from_module = layer(a, sa)
+    want = _expected(a, b, sa, sb, profile="ada")
+    assert_bitwise_equal(from_function, want)
+    assert_bitwise_equal(from_module, want)
+    assert log.served == {(M, N, K): 2} and log.served_calls == 2 and log.native_calls == 0
+    assert not bitwise_diff(want, _native(a, b, sa, sb)).equal  # the test would not notice a missed call otherwise
+
+
+def test_all_spellings_and_torch_argument_semantics(operands: tuple[torch.Tensor, ...]) -> None:
+    a, b, sa, sb = operands
+    want = _expected(a, b, sa, sb)
+    out = torch.empty(0, dtype=torch.bfloat16)
+    with mmaemu.emulate() as log:
+        results = [
+            torch._scaled_mm(input=a, mat2=b.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16, use_fast_accum=True),
+            torch.ops.aten._scaled_mm(a, b.t(), sa, sb, None, None, torch.bfloat16, True),
+            torch.ops.aten._scaled_mm.default(a, b.t(), sa, sb, out_dtype=torch.bfloat16, use_fast_accum=True),
+            torch._scaled_mm(a, b.t(), sa, sb, None, None, torch.bfloat16, True, out=out),
+        ]
+        slow_default = torch._scaled_mm(a, b.t(), sa, sb, out_dtype=torch.float32)  # use_fast_accum=False
+    for got in results:
+        assert_bitwise_equal(got, want)
+    assert results[-1] is out
+    assert_bitwise_equal(slow_default, mmaemu.scaled_mm(a, b.t(), sa, sb, out_dtype=torch.float32))
+    assert log.served_calls == 5
+
+
+def test_restores_torch_on_exit_and_on_exceptions(operands: tuple[torch.Tensor, ...]) -> None:
+    a, b, sa, sb = operands
+    native = _native(a, b, sa, sb)
+    block = mmaemu.emulate()
+    with pytest.raises(KeyError):
+        with block as log:
+            _native(a, b, sa, sb)
+            raise KeyError("boom")
+    assert not block.active and log.served_calls == 1
+    assert_bitwise_equal(_native(a, b, sa, sb), native)
+    with block as log2:  # the object can be entered again, with a fresh log
+        pass
+    assert log2.served_calls == 0 and log.served_calls == 1
+    assert_bitwise_equal(_native(a, b, sa, sb), native)
+    with mmaemu.emulate():
+        with pytest.raises(mmaemu.ReferenceRejectsError):
+            torch._scaled_mm(a, b, sa, sb)  # mat2 row-major: rejected as on the reference GPU
+    assert_bitwise_equal(_native(a, b, sa, sb), native)
+
+
+def test_entering_an_active_block_twice_raises() -> None:
+    block = mmaemu.emulate()
+    with block:
+        with pytest.raises(RuntimeError, match="already active"):
+            block.__enter__()
+
+
+def test_unservable_calls_raise_or_run_natively(operands: tuple[torch.Tensor, ...]) -> None:
+    a, b, sa, sb = operands
+    bias = torch.ones(N, dtype=torch.bfloat16)
+    row_a, row_b = torch.full((M, 1), 1 / 64), torch.full((1, N), 1 / 32)
+    with mmaemu.emulate():
+        with pytest.raises(mmaemu.UnsupportedFeatureError, match="bias"):
+            torch._scaled_mm(a, b.t(), sa, sb, bias, out_dtype=torch.bfloat16)
+        with pytest.raises(mmaemu.UnsupportedFeatureError, match="row-wise"):
+            torch._scaled_mm(a, b.t(), row_a, row_b, out_dtype=torch.bfloat16)
+    with mmaemu.emulate(fallback="native") as log:
+        with_bias = torch._scaled_mm(a, b.t(), sa, sb, bias, out_dtype=torch.bfloat16)
+        row_wise = torch._scaled_mm(a, b.t(), row_a, row_b, out_dtype=torch.bfloat16)
+        served = _native(a, b, sa, sb)
+    assert_bitwise_equal(with_bias, torch._scaled_mm(a, b.t(), sa, sb, bias, out_dtype=torch.bfloat16))
+    assert_bitwise_equal(row_wise, torch._scaled_mm(a, b.t(), row_a, row_b, out_dtype=torch.bfloat16))
+    assert_bitwise_equal(served, _expected(a, b, sa, sb))
+    assert log.native == {(M, N, K): 2} and log.served == {(M, N, K): 1}
+    assert sum(log.reasons.values()) == 2 and "native" in str(log)
+
+
+def test_undecided_splits_raise_even_with_native_fallback() -> None:
+    a = torch.ones(16, 256).to(E4M3)
+    b = torch.ones(48, 256).to(E4M3)
+    one = torch.tensor(1.0)
+    with mmaemu.emulate(fallback="native"):
+        with pytest.raises(mmaemu.SplitKUnknownError):
+            torch._scaled_mm(a, b.t(), one, one, out_dtype=torch.bfloat16)
+    with mmaemu.emulate(splitk=1) as log:
+        got = torch._scaled_mm(a, b.t(), one, one, out_dtype=torch.bfloat16)
+    assert_bitwise_equal(got, mmaemu.scaled_mm(a, b.t(), one, one, out_dtype=torch.bfloat16, splitk=1))
+    assert log.served == {(16, 48, 256): 1}
+
+
+@pytest.mark.skipif(not hasattr(torch, "_scaled_mm_v2"), reason="torch without _scaled_mm_v2")
+def test_scaled_mm_v2_is_not_served(operands: tuple[torch.Tensor, ...]) -> None:
+    a, b, sa, sb = operands
+    F = torch.nn.functional
+    tensorwise = F.ScalingType.TensorWise
+
+    def call() -> torch.Tensor:
+        return F.scaled_mm(a, b.t(), sa, tensorwise, sb, tensorwise, output_dtype=torch.bfloat16)
+
+    with mmaemu.emulate():
+        with pytest.raises(mmaemu.UnsupportedFeatureError, match="_scaled_mm_v2"):
+            call()
+    with mmaemu.emulate(fallback="native") as log:
+        got = call()
+    assert_bitwise_equal(got, call())
+    assert log.native_calls == 1 and log.served_calls == 0
+
+
+def test_other_threads_are_not_affected(operands: tuple[torch.Tensor, ...]) -> None:
+    """torch keeps function modes per thread: only the entering thread is emulated (documented)."""
+    a, b, sa, sb = operands
+    results: dict[str, torch.Tensor] = {}
+
+    def worker() -> None:
+        results["thread"] = _native(a, b, sa, sb)
+
+    with mmaemu.emulate() as log:
+        thread = threading.Thread(target=worker)
+        thread.start()
+        thread.join()
+        results["main"] = _native(a, b, sa, sb)
+    assert_bitwise_equal(results["thread"], _native(a, b, sa, sb))
+    assert_bitwise_equal(results["main"], _expected(a, b, sa, sb))
+    assert log.served_calls == 1
+
+
+def test_nested_blocks_use_the_innermost_profile(operands: tuple[torch.Tensor, ...]) -> None:
+    a, b, sa, sb = operands
+    with mmaemu.emulate(profile="hopper") as outer:
+        with mmaemu.emulate(profile="ada") as inner:
+            got_inner = _native(a, b, sa, sb)
+        got_outer = _native(a, b, sa, sb)
+    assert_bitwise_equal(got_inner, _expected(a, b, sa, sb, profile="ada"))
+    assert_bitwise_equal(got_outer, _expected(a, b, sa, sb, profile="hopper"))
+    assert inner.served_calls == 1 and outer.served_calls == 1
+
+
+def test_invalid_arguments() -> None:
+    with pytest.raises(ValueError):
+        mmaemu.emulate(profile="h100")
+    with pytest.raises(ValueError):
+        mmaemu.emulate(backend="gpu")
+    with pytest.raises(ValueError):
+        mmaemu.emulate(splitk="never")
+    with pytest.raises(ValueError):
+        mmaemu.emulate(fallback="ignore")
+    assert "hopper-te" in repr(mmaemu.emulate(profile="hopper-te"))
