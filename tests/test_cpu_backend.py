@@ -1,0 +1,43 @@
+"""The compiled CPU backend's own pieces (its exactness suite is shared with every backend)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from mmaemu.formats import EXPONENT_OF_ZERO, Fp8Format, decode_fp8
+
+cpu = pytest.importorskip("mmaemu.backends.cpu")
+if not cpu.available()[0]:  # pragma: no cover
+    pytest.skip("numba is not installed", allow_module_level=True)
+
+
+@pytest.mark.parametrize("fmt", list(Fp8Format))
+def test_bit_arithmetic_decode_agrees_with_the_format_decoder_on_every_code(fmt: Fp8Format) -> None:
+    codes = torch.arange(256, dtype=torch.int32).to(torch.uint8)
+    for shape in ((1, 256), (16, 16), (256, 1)):  # rows are decoded in parallel: any row length
+        values, exponents, any_inf = cpu._decode(codes.reshape(shape).contiguous(), fmt)
+        want = decode_fp8(codes.view(fmt.dtype))
+        assert np.array_equal(values.reshape(-1).view(np.int32), want.value.numpy().view(np.int32))
+        want_exp = np.where(want.exponent.numpy() == EXPONENT_OF_ZERO, cpu._ZERO8, want.exponent.numpy())
+        assert np.array_equal(exponents.reshape(-1).astype(np.int32), want_exp)
+        assert any_inf == bool(want.is_inf.any())
+
+
+def test_exponent_sums_keep_zero_operands_below_every_real_product() -> None:
+    """The int8 layout's claim: real sums lie in [-28, 30]; sums with a zero lie in [-128, -49]."""
+    exps = [cpu._decode(torch.arange(256, dtype=torch.int32).to(torch.uint8).reshape(1, -1), f)[1]
+            for f in Fp8Format]
+    real = np.concatenate([e[e != cpu._ZERO8] for e in exps]).astype(np.int32)
+    assert real.min() + real.min() == -28 and real.max() + real.max() == 30
+    assert cpu._ZERO8 + real.max() < cpu._NO_PRODUCT_BELOW < real.min() + real.min()
+    assert cpu._ZERO8 + cpu._ZERO8 >= -128
+
+
+@pytest.mark.parametrize(("m", "n", "threads"), [(64, 5760, 2), (2048, 5760, 16), (1, 1, 2), (3, 100000, 64)])
+def test_tiles_cover_the_output_and_feed_every_thread_where_they_can(m: int, n: int, threads: int) -> None:
+    m_tile, n_tile = cpu._tiles(m, n, threads)
+    assert 4 <= m_tile <= 32 and 256 <= n_tile <= 1024
+    tasks = -(-m // m_tile) * -(-n // n_tile)
+    assert tasks >= 4 * threads or (m_tile, n_tile) == (4, 256)
