@@ -1,0 +1,43 @@
+"""tools/check_vectorised.py: the cpu backend's inner loops compile to SIMD instructions."""
+
+from __future__ import annotations
+
+import importlib.util
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+TOOL = Path(__file__).resolve().parents[1] / "tools" / "check_vectorised.py"
+
+
+def _tool():  # type: ignore[no-untyped-def]
+    spec = importlib.util.spec_from_file_location("check_vectorised", TOOL)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _has_avx2() -> bool:
+    try:
+        return " avx2" in Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+
+
+def test_scalar_code_is_not_counted_as_vectorised() -> None:
+    found = _tool().count("vroundss $11, %xmm0, %xmm0, %xmm0\nvmulss %xmm1, %xmm0, %xmm0\nvpmaxsb %xmm1, %xmm2, %xmm3\n")
+    assert set(found.values()) == {0}
+    found = _tool().count("vrndscaleps $11, %zmm1, %zmm1\nvmulps (%rax), %zmm0, %zmm1\nvpmaxsb 64(%rbx), %zmm2, %zmm2\n")
+    assert set(found.values()) == {1}
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64" or not _has_avx2(), reason="needs an x86-64 CPU with AVX2")
+def test_the_inner_loops_are_vectorised() -> None:
+    pytest.importorskip("numba")
+    proc = subprocess.run([sys.executable, str(TOOL)], capture_output=True, text=True, check=False, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count(" ok") == 3
