@@ -173,29 +173,32 @@ def replace_fp8_projections(
 
 
 class _Offload:
-    """Forward hooks that bring one module's tensors to the GPU for its forward pass only."""
+    """Forward hooks that bring one module's tensors to the GPU for its forward pass only.
+
+    Each parameter and buffer is replaced, in its module's table, by a copy on the device, and
+    the host tensor (memory-mapped from the checkpoint) is put back afterwards: nothing is
+    copied back, since inference changes no weight.
+    """
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
-        self.saved: list[tuple[torch.nn.Parameter | None, dict[str, Any], str, torch.Tensor]] = []
+        self.saved: list[tuple[dict[str, Any], str, torch.Tensor]] = []
 
     def before(self, module: torch.nn.Module, args: Any) -> None:
         for sub in module.modules():
-            for key, p in sub._parameters.items():
-                if p is not None and p.device != self.device:
-                    self.saved.append((p, sub._parameters, key, p.data))
-                    p.data = p.data.to(self.device, non_blocking=True)
-            for key, b in sub._buffers.items():
-                if b is not None and b.device != self.device:
-                    self.saved.append((None, sub._buffers, key, b))
-                    sub._buffers[key] = b.to(self.device, non_blocking=True)
+            for table in (sub._parameters, sub._buffers):
+                for key, t in list(table.items()):
+                    if t is None or t.device == self.device:
+                        continue
+                    self.saved.append((table, key, t))
+                    moved = t.detach().to(self.device, non_blocking=True)
+                    if isinstance(t, torch.nn.Parameter):
+                        moved = torch.nn.Parameter(moved, requires_grad=False)
+                    table[key] = moved
 
     def after(self, module: torch.nn.Module, args: Any, output: Any) -> None:
-        for param, table, key, host in self.saved:  # the host copies are unchanged: inference only
-            if param is not None:
-                param.data = host
-            else:
-                table[key] = host
+        for table, key, host in self.saved:
+            table[key] = host
         self.saved = []
 
 
