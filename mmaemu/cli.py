@@ -111,70 +111,12 @@ def _info(args: argparse.Namespace) -> int:
     return 0
 
 
-def _median_time(fn: object, repeat: int) -> float:
-    import statistics
-
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()  # type: ignore[operator]
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def _bench(args: argparse.Namespace) -> int:
-    import json
+    from . import bench
 
-    from .testing import assert_bitwise_equal
-
-    shapes = args.shape or ["64x1920x5760"]
-    report = []
-    print(f"mmaemu {__version__} bench: torch {torch.__version__}, {torch.get_num_threads()} threads, preset {args.preset}")
-    for shape in shapes:
-        m, k, n = (int(v) for v in shape.lower().split("x"))
-        gen = torch.Generator().manual_seed(0)
-        x = (torch.randn(m, k, generator=gen) * 40).clamp(-448, 448).to(torch.float8_e4m3fn)
-        w = (torch.randn(n, k, generator=gen) * 40).clamp(-448, 448).to(torch.float8_e4m3fn)
-        one = torch.tensor(1.0)
-        macs = m * n * k
-
-        def run(backend: str) -> torch.Tensor:
-            return scaled_mm(x, w.t(), one, one, out_dtype=torch.bfloat16, use_fast_accum=True, profile=args.preset,
-                             splitk=1, backend=backend)
-
-        # outputs are checked equal before anything is timed (this also compiles the cpu kernel)
-        assert_bitwise_equal(run("cpu"), run("reference"))
-        row: dict[str, object] = {"shape": [m, k, n], "macs": macs}
-        row["reference_s"] = _median_time(lambda: run("reference"), 1 if macs > 2e9 else 3)
-        row["cpu_s"] = _median_time(lambda: run("cpu"), args.repeat)
-        xf, wf = x.float(), w.float()
-        row["torch_fp32_matmul_s"] = _median_time(lambda: xf @ wf.t(), args.repeat)
-        try:
-            native = lambda: torch._scaled_mm(x, w.t(), one, one, out_dtype=torch.bfloat16, use_fast_accum=True)  # noqa: E731
-            native()
-            row["torch_native_scaled_mm_s"] = _median_time(native, args.repeat)
-        except (RuntimeError, NotImplementedError) as exc:
-            row["torch_native_scaled_mm_s"] = None
-            row["torch_native_scaled_mm_note"] = str(exc).splitlines()[0]
-        for key in ("reference_s", "cpu_s", "torch_fp32_matmul_s", "torch_native_scaled_mm_s"):
-            t = row.get(key)
-            row[key.replace("_s", "_tmacs")] = macs / t / 1e12 if isinstance(t, float) else None
-        row["reference_over_cpu"] = float(row["reference_s"]) / float(row["cpu_s"])  # type: ignore[arg-type]
-        row["cpu_over_fp32_matmul"] = float(row["cpu_s"]) / float(row["torch_fp32_matmul_s"])  # type: ignore[arg-type]
-        report.append(row)
-        print(f"\nM, K, N = {m}, {k}, {n} ({macs / 1e9:.2f} GMAC), bf16, fast accumulation, median times:")
-        for key, label in (("reference_s", "reference backend"), ("cpu_s", "cpu backend"),
-                           ("torch_fp32_matmul_s", "torch fp32 matmul"), ("torch_native_scaled_mm_s", "torch native _scaled_mm")):
-            t = row.get(key)
-            if isinstance(t, float):
-                print(f"  {label:26s} {t * 1e3:10.1f} ms  {macs / t / 1e12:8.4f} TMAC/s")
-            else:
-                print(f"  {label:26s} unavailable ({row.get('torch_native_scaled_mm_note')})")
-        print(f"  reference / cpu = {row['reference_over_cpu']:.1f}x; cpu / fp32 matmul = {row['cpu_over_fp32_matmul']:.1f}x")
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump({"version": __version__, "torch": torch.__version__, "threads": torch.get_num_threads(),
-                       "preset": args.preset, "results": report}, fh, indent=1)
+    shapes = [tuple(int(v) for v in shape.lower().split("x")) for shape in (args.shape or ["64x1920x5760"])]
+    bench.run(shapes, repeat=args.repeat, configs=args.configs, first_call=args.first_call,  # type: ignore[arg-type]
+              json_path=args.json, profile=args.preset)
     return 0
 
 
@@ -225,6 +167,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     bench.add_argument("--shape", action="append", help="MxKxN (repeatable; default 64x1920x5760)")
     bench.add_argument("--preset", default="hopper", help="profile/preset (default hopper)")
     bench.add_argument("--repeat", type=int, default=5, help="runs per median (default 5)")
+    bench.add_argument("--configs", action="store_true",
+                       help="also time ada slow E5M2 x E4M3 and a split call (S = 4), as ratios to the first")
+    bench.add_argument("--first-call", action="store_true",
+                       help="also measure the first call's latency in a fresh process (compiling, and cached)")
     bench.add_argument("--json", default=None, help="write the figures to this file")
     bench.set_defaults(run=_bench)
     info = sub.add_parser("info", help="versions, device, matching profiles and backend status")

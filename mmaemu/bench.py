@@ -1,0 +1,173 @@
+"""``python -m mmaemu bench``: the backends' speed against torch's native kernels, bits checked first.
+
+For each shape ``M x K x N`` (E4M3 operands drawn from a seeded generator, bf16 output, scales 1):
+
+1. the cpu and reference backends' outputs are compared bit for bit (nothing is timed before);
+2. median times of the reference backend, the cpu backend, torch's fp32 matmul of the same operands
+   (``x.float() @ w.float().t()``) and torch's native CPU ``torch._scaled_mm`` where it exists;
+3. with ``--configs``, the cpu backend's time for the other configurations of the bars (ada, slow
+   accumulation, E5M2 x E4M3; a split call with S = 4), each checked against the reference first, as
+   a ratio to the first configuration;
+4. with ``--first-call``, the latency of the first cpu-backend call in a fresh process, with an
+   empty numba cache (compilation) and with the on-disk cache of the previous run.
+
+The figures are ratios measured in one run on one machine; ``--json`` writes them all.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import torch
+
+from . import __version__
+from .call import scaled_mm
+from .testing import assert_bitwise_equal
+
+__all__ = ["Config", "CONFIGS", "median_time", "first_call_latency", "run"]
+
+
+@dataclass(frozen=True)
+class Config:
+    """One benchmarked call configuration (a row of the issue's bars)."""
+
+    label: str
+    profile: str
+    fast: bool
+    fmt_a: torch.dtype
+    fmt_b: torch.dtype
+    splitk: int | tuple[int, str]
+
+
+#: The first configuration is the base of the ratios; the others are timed with ``--configs``.
+CONFIGS = (
+    Config("hopper, E4M3 x E4M3, fast", "hopper", True, torch.float8_e4m3fn, torch.float8_e4m3fn, 1),
+    Config("ada, E5M2 x E4M3, slow", "ada", False, torch.float8_e5m2, torch.float8_e4m3fn, 1),
+    Config("hopper, E4M3 x E4M3, fast, split S = 4 (serial)", "hopper", True, torch.float8_e4m3fn,
+           torch.float8_e4m3fn, (4, "serial")),
+)
+
+
+def median_time(fn: Callable[[], object], repeat: int) -> float:
+    """Median wall time of ``repeat`` calls of ``fn``, in seconds."""
+    times = []
+    for _ in range(max(1, repeat)):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def _operands(m: int, k: int, n: int, config: Config) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(0)
+    x = (torch.randn(m, k, generator=gen) * 40).clamp(-448, 448).to(config.fmt_a)
+    w = (torch.randn(n, k, generator=gen) * 40).clamp(-448, 448).to(config.fmt_b)
+    return x, w
+
+
+def _caller(x: torch.Tensor, w: torch.Tensor, config: Config) -> Callable[[str], torch.Tensor]:
+    one = torch.tensor(1.0)
+
+    def call(backend: str) -> torch.Tensor:
+        return scaled_mm(x, w.t(), one, one, out_dtype=torch.bfloat16, use_fast_accum=config.fast,
+                         profile=config.profile, splitk=config.splitk, backend=backend)
+
+    return call
+
+
+_FIRST_CALL = """
+import time, torch
+import mmaemu
+a = torch.ones(4, 64).to(torch.float8_e4m3fn)
+start = time.perf_counter()
+mmaemu.accumulate(a, a, use_fast_accum=True, backend="cpu")
+print(time.perf_counter() - start)
+"""
+
+
+def first_call_latency() -> dict[str, float]:
+    """Seconds of the first cpu-backend call in a fresh process: compiling, and from the disk cache.
+
+    ``cold_s`` runs with an empty ``NUMBA_CACHE_DIR`` (numba compiles every kernel); ``warm_s`` runs
+    twice with the same cache directory and reports the second process (kernels loaded from disk).
+    Interpreter start-up and ``import mmaemu`` are not included.
+    """
+    out = {}
+    with tempfile.TemporaryDirectory() as cache:
+        env = dict(os.environ, NUMBA_CACHE_DIR=cache)
+        for key in ("cold_s", "warm_s"):
+            proc = subprocess.run([sys.executable, "-c", _FIRST_CALL], env=env, capture_output=True, text=True,
+                                  check=True)
+            out[key] = float(proc.stdout.strip().splitlines()[-1])
+    return out
+
+
+def run(shapes: list[tuple[int, int, int]], *, repeat: int, configs: bool, first_call: bool,
+        json_path: str | None, profile: str = "hopper") -> dict[str, object]:
+    """Run the benchmark, print its table, and return (and optionally write) the figures."""
+    base = replace(CONFIGS[0], label=CONFIGS[0].label.replace("hopper", profile, 1), profile=profile)
+    report: dict[str, object] = {"version": __version__, "torch": torch.__version__,
+                                 "threads": torch.get_num_threads(), "results": []}
+    print(f"mmaemu {__version__} bench: torch {torch.__version__}, {torch.get_num_threads()} threads")
+    for m, k, n in shapes:
+        macs = m * n * k
+        x, w = _operands(m, k, n, base)
+        call = _caller(x, w, base)
+        assert_bitwise_equal(call("cpu"), call("reference"))  # bits first (this also compiles the kernels)
+        row: dict[str, object] = {"shape": [m, k, n], "macs": macs, "config": base.label}
+        row["reference_s"] = median_time(lambda: call("reference"), 1 if macs > 2e9 else 3)
+        row["cpu_s"] = median_time(lambda: call("cpu"), repeat)
+        xf, wf = x.float(), w.float()
+        row["torch_fp32_matmul_s"] = median_time(lambda: xf @ wf.t(), repeat)
+        one = torch.tensor(1.0)
+        try:
+            def native() -> torch.Tensor:
+                return torch._scaled_mm(x, w.t(), one, one, out_dtype=torch.bfloat16, use_fast_accum=True)
+
+            native()
+            row["torch_native_scaled_mm_s"] = median_time(native, repeat)
+        except (RuntimeError, NotImplementedError) as exc:
+            row["torch_native_scaled_mm_s"] = None
+            row["torch_native_scaled_mm_note"] = str(exc).splitlines()[0]
+        row["reference_over_cpu"] = float(row["reference_s"]) / float(row["cpu_s"])  # type: ignore[arg-type]
+        row["cpu_over_fp32_matmul"] = float(row["cpu_s"]) / float(row["torch_fp32_matmul_s"])  # type: ignore[arg-type]
+        print(f"\nM, K, N = {m}, {k}, {n} ({macs / 1e9:.2f} GMAC), {base.label}, bf16 output, median times:")
+        for key, label in (("reference_s", "reference backend"), ("cpu_s", "cpu backend"),
+                           ("torch_fp32_matmul_s", "torch fp32 matmul"),
+                           ("torch_native_scaled_mm_s", "torch native _scaled_mm")):
+            t = row.get(key)
+            if isinstance(t, float):
+                row[key[:-2] + "_tmacs"] = macs / t / 1e12
+                print(f"  {label:26s} {t * 1e3:10.1f} ms  {macs / t / 1e12:8.4f} TMAC/s")
+            else:
+                print(f"  {label:26s} unavailable ({row.get('torch_native_scaled_mm_note')})")
+        print(f"  reference / cpu = {row['reference_over_cpu']:.1f}x; "
+              f"cpu / fp32 matmul = {row['cpu_over_fp32_matmul']:.2f}x")
+        if configs:
+            others = []
+            for config in CONFIGS[1:]:
+                xc, wc = _operands(m, k, n, config)
+                other = _caller(xc, wc, config)
+                assert_bitwise_equal(other("cpu"), other("reference"))
+                t = median_time(lambda: other("cpu"), repeat)
+                others.append({"config": config.label, "cpu_s": t, "over_base": t / float(row["cpu_s"])})  # type: ignore[arg-type]
+                print(f"  cpu, {config.label:44s} {t * 1e3:8.1f} ms = {t / float(row['cpu_s']):.2f}x the base")  # type: ignore[arg-type]
+            row["configs"] = others
+        report["results"].append(row)  # type: ignore[attr-defined]
+    if first_call:
+        latency = first_call_latency()
+        report["first_call"] = latency
+        print(f"\nfirst cpu-backend call in a fresh process: {latency['cold_s']:.1f} s compiling (empty numba cache), "
+              f"{latency['warm_s']:.2f} s with the on-disk cache")
+    if json_path:
+        with open(json_path, "w") as fh:
+            json.dump(report, fh, indent=1)
+    return report
