@@ -106,8 +106,8 @@ def _info(args: argparse.Namespace) -> int:
 
     print("  reference  available: exact torch model, runs on any device (CPU and CUDA)")
     usable_cpu, why = cpu.available()
-    print(f"  cpu        {'available' if usable_cpu else 'unavailable'}: {why}; opt-in (backend='cpu') until it "
-          "meets its speed targets")
+    print(f"  cpu        {'available' if usable_cpu else 'unavailable'}: {why}; "
+          f"{'chosen by' if usable_cpu else 'not chosen by'} backend='auto' for CPU tensors")
     return 0
 
 
