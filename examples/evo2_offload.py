@@ -278,11 +278,18 @@ def load_model(model_name: str, checkpoint: Path, *, profile: str, splitk: Any, 
         model = StripedHyena(config)
     torch.serialization.add_safe_globals([io.BytesIO])  # TE's _extra_state
     state = torch.load(checkpoint, map_location="cpu", mmap=True, weights_only=True)
+    fp8 = {f"{name}._extra_state" for name in fp8_projection_names(state)}
+    weights = {k: v for k, v in state.items() if k not in fp8}  # the non-TE projections take no FP8 state
+    convert = getattr(model, "to_bfloat16_except_pr_lc", None)  # as vortex's load_checkpoint does
+    if convert is not None:
+        convert(to_float32=True)
     load = getattr(model, "custom_load_state_dict", None)
     if load is not None:
-        load(state)
+        load(weights)
     else:
-        model.load_state_dict(state, strict=False)
+        model.load_state_dict(weights, strict=False)
+    if convert is not None:
+        convert()
     names = replace_fp8_projections(model, state, profile=profile, splitk=splitk, backend=backend)
     model.eval()
     for name, module in model.named_children():
