@@ -213,3 +213,44 @@ def test_scaled_mm_with_an_explicit_split() -> None:
         want = mmaemu.scaled_mm(x, w.t(), one, one, out_dtype=torch.bfloat16, profile=profile, splitk=split,
                                 backend="reference")
         assert_same_bits(got, want)
+
+
+_COMPILE = r"""
+import re, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from mmaemu.backends import triton_kernels as K
+sig = {"va_ptr": "*fp32", "ea_ptr": "*i8", "vb_ptr": "*fp32", "eb_ptr": "*i8", "out_ptr": "*fp32",
+       "chain_ptr": "*i32", "part_ptr": "*i32", "order_ptr": "*i32", "M": "i32", "N": "i32", "n_parts": "i32",
+       "BLOCK": "constexpr", "FRAC": "constexpr", "BLOCK_M": "constexpr", "BLOCK_N": "constexpr"}
+for block in (32, 16):
+    src = ASTSource(K.chain_gemm_kernel, sig, constexprs={"BLOCK": block, "FRAC": 13, "BLOCK_M": 64, "BLOCK_N": 64})
+    try:
+        ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 8, "enable_fp_fusion": False}).asm["ptx"]
+    except Exception as exc:
+        print("NO-COMPILER", type(exc).__name__, exc)
+        sys.exit(0)
+    body = "\n".join(l for l in ptx.splitlines() if not l.strip().startswith("//"))
+    print(block, len(re.findall(r"\bfma\.", body)), len(re.findall(r"\b(mma|wgmma)\b", body)),
+          len(re.findall(r"cvt\.rzi\.s32\.f32", body)), len(re.findall(r"\bshfl\.", body)))
+"""
+
+
+def test_the_gpu_compilation_is_exact_by_construction() -> None:
+    """Compile for sm_90 on the CPU (Triton ships ptxas): no FMA, no tensor-core MMA, truncating cvt."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-c", _COMPILE], cwd=Path(__file__).resolve().parents[1], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    if "NO-COMPILER" in done.stdout:
+        pytest.skip(f"this Triton cannot compile for sm_90 here: {done.stdout.strip()[:200]}")
+    rows = [line.split() for line in done.stdout.split("\n") if line.strip()]
+    assert [r[0] for r in rows] == ["32", "16"]
+    for _, fma, mma, cvt, shfl in rows:
+        assert (int(fma), int(mma), int(shfl)) == (0, 0, 0)
+        assert int(cvt) > 0

@@ -81,7 +81,8 @@ class TileConfig:
     num_warps: int
 
 
-#: Default on GPUs: 16 outputs per thread, no reductions across threads. [unmeasured]
+#: Default on GPUs: 16 outputs per thread, no reductions across threads; for sm_90 ptxas reports 149
+#: registers and no spills. Its speed is unmeasured.
 GPU_CONFIG = TileConfig(64, 64, 8)
 #: Default under the interpreter: large tiles mean few programs and few interpreted operations.
 INTERPRETER_CONFIG = TileConfig(64, 64, 1)
@@ -181,9 +182,10 @@ def _decode_k_major(x: torch.Tensor, perm: torch.Tensor | None) -> tuple[torch.T
     codes = x.view(torch.uint8)
     if perm is not None:
         codes = codes.index_select(1, perm)
-    idx = codes.t().contiguous().to(torch.int32)
-    has_inf = bool(inf_t[idx].any())
-    return val_t[idx], exp_t[idx], has_inf
+    idx = codes.t().contiguous().to(torch.int32).flatten()  # index_select takes int32 indices
+    shape = (codes.shape[1], codes.shape[0])
+    has_inf = bool(inf_t.index_select(0, idx).any())
+    return val_t.index_select(0, idx).view(shape), exp_t.index_select(0, idx).view(shape), has_inf
 
 
 def _flatten(plan: AccumulationPlan) -> tuple[list[int], list[int], list[int], list[int], bool]:

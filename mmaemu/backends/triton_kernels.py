@@ -27,82 +27,86 @@ Every operation is exactly defined, so every GPU returns the same bits:
 The kernel never calls ``tl.dot``: tensor-core rounding of the host GPU never enters.
 """
 
-import triton
-import triton.language as tl
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # collected (e.g. by pytest --doctest-modules) without triton: define nothing
+    triton = None
 
-#: int8 exponent of zero (and NaN/Inf) codes: two of them, or one plus any real exponent (<= 15),
-#: stay far below every real product exponent (>= -28) and every reachable accumulator exponent.
-ZERO_EXP = tl.constexpr(-100)
-#: E is clamped into [E_MIN, E_MAX] so that 2**(F - E) and 2**(E - F) are normal fp32 numbers.
-E_MIN = tl.constexpr(-110)
-E_MAX = tl.constexpr(110)
+if triton is not None:
+    #: int8 exponent of zero (and NaN/Inf) codes: two of them, or one plus any real exponent (<= 15),
+    #: stay far below every real product exponent (>= -28) and every reachable accumulator exponent.
+    ZERO_EXP = tl.constexpr(-100)
+    #: E is clamped into [E_MIN, E_MAX] so that 2**(F - E) and 2**(E - F) are normal fp32 numbers.
+    E_MIN = tl.constexpr(-110)
+    E_MAX = tl.constexpr(110)
 
-
-# M and n_parts vary freely between calls: not specialising on them keeps the compiled variants few.
-@triton.jit(do_not_specialize=["M", "n_parts"])
-def chain_gemm_kernel(
-    va_ptr,  # fp32 [KP, M]: values of a, k-major, k in the plan's order
-    ea_ptr,  # int8 [KP, M]: exponents of a (ZERO_EXP for zero codes)
-    vb_ptr,  # fp32 [KP, N]
-    eb_ptr,  # int8 [KP, N]
-    out_ptr,  # fp32 [M, N]
-    chain_ptr,  # int32 [n_chains + 1]: chain c covers [chain[c], chain[c + 1]) of the permuted k
-    part_ptr,  # int32 [n_parts + 1]: part p owns chains [part[p], part[p + 1])
-    order_ptr,  # int32 [n_parts]: the order in which part results are added
-    M,
-    N,
-    n_parts,
-    BLOCK: tl.constexpr,
-    FRAC: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-):
-    pid_m = tl.program_id(0)
-    pid_n = tl.program_id(1)
-    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    mask_m = rm < M
-    mask_n = rn < N
-    zero_m = tl.zeros([BLOCK_M], dtype=tl.int32)  # k broadcast to a vector (a vector mask per load)
-    zero_n = tl.zeros([BLOCK_N], dtype=tl.int32)
-    # F fraction bits of an fp32 significand (toward zero, sign-magnitude)
-    keep = ~((1 << (23 - FRAC)) - 1)
-    total = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for q in range(0, n_parts):
-        part = tl.load(order_ptr + q)
-        first_chain = tl.load(part_ptr + part)
-        last_chain = tl.load(part_ptr + part + 1)
-        part_total = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-        for ch in range(first_chain, last_chain):
-            k_start = tl.load(chain_ptr + ch)
-            k_stop = tl.load(chain_ptr + ch + 1)
-            c = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-            for b0 in range(k_start, k_stop, BLOCK):
-                # E: the largest exponent of the nonzero products and of c (when c != 0)
-                c_bits = c.to(tl.int32, bitcast=True)
-                e_c = tl.maximum(((c_bits >> 23) & 0xFF) - 127, -126)
-                e_max = tl.where((c_bits & 0x7FFFFFFF) != 0, e_c, 4 * ZERO_EXP)
-                for kk in tl.static_range(BLOCK):
-                    k = b0 + kk
-                    k64 = k.to(tl.int64)  # offsets in int64: K * M may exceed 2**31
-                    ea = tl.load(ea_ptr + k64 * M + rm, mask=mask_m & (zero_m + k < k_stop), other=ZERO_EXP).to(tl.int32)
-                    eb = tl.load(eb_ptr + k64 * N + rn, mask=mask_n & (zero_n + k < k_stop), other=ZERO_EXP).to(tl.int32)
-                    e_max = tl.maximum(e_max, ea[:, None] + eb[None, :])
-                e_max = tl.minimum(tl.maximum(e_max, E_MIN), E_MAX)
-                scale = ((FRAC - e_max + 127) << 23).to(tl.float32, bitcast=True)  # 2**(F - E)
-                # every term on the grid 2**(E - F), truncated toward zero, summed exactly as int32
-                acc = (c * scale).to(tl.int32)
-                for kk in tl.static_range(BLOCK):
-                    k = b0 + kk
-                    k64 = k.to(tl.int64)
-                    va = tl.load(va_ptr + k64 * M + rm, mask=mask_m & (zero_m + k < k_stop), other=0.0)
-                    vb = tl.load(vb_ptr + k64 * N + rn, mask=mask_n & (zero_n + k < k_stop), other=0.0)
-                    acc += ((va[:, None] * vb[None, :]) * scale).to(tl.int32)
-                # normalise: truncate to F + 1 significant bits, back to the scale of E
-                kept = (acc.to(tl.float32).to(tl.int32, bitcast=True) & keep).to(tl.float32, bitcast=True)
-                unit = ((e_max - FRAC + 127) << 23).to(tl.float32, bitcast=True)  # 2**(E - F)
-                c = kept * unit
-            part_total = part_total + c  # fp32 RNE: chain results in K order, from +0
-        total = tl.where(q == 0, part_total, total + part_total)  # fp32 RNE, in the scheme's order
-    offs = rm.to(tl.int64)[:, None] * N + rn[None, :]
-    tl.store(out_ptr + offs, total, mask=mask_m[:, None] & mask_n[None, :])
+    # M and n_parts vary freely between calls: not specialising on them keeps the compiled variants few.
+    @triton.jit(do_not_specialize=["M", "n_parts"])
+    def chain_gemm_kernel(
+        va_ptr,  # fp32 [KP, M]: values of a, k-major, k in the plan's order
+        ea_ptr,  # int8 [KP, M]: exponents of a (ZERO_EXP for zero codes)
+        vb_ptr,  # fp32 [KP, N]
+        eb_ptr,  # int8 [KP, N]
+        out_ptr,  # fp32 [M, N]
+        chain_ptr,  # int32 [n_chains + 1]: chain c covers [chain[c], chain[c + 1]) of the permuted k
+        part_ptr,  # int32 [n_parts + 1]: part p owns chains [part[p], part[p + 1])
+        order_ptr,  # int32 [n_parts]: the order in which part results are added
+        M,
+        N,
+        n_parts,
+        BLOCK: tl.constexpr,
+        FRAC: tl.constexpr,
+        BLOCK_M: tl.constexpr,
+        BLOCK_N: tl.constexpr,
+    ):
+        pid_m = tl.program_id(0)
+        pid_n = tl.program_id(1)
+        rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        mask_m = rm < M
+        mask_n = rn < N
+        zero_m = tl.zeros([BLOCK_M], dtype=tl.int32)  # k broadcast to a vector (a vector mask per load)
+        zero_n = tl.zeros([BLOCK_N], dtype=tl.int32)
+        # F fraction bits of an fp32 significand (toward zero, sign-magnitude)
+        keep = ~((1 << (23 - FRAC)) - 1)
+        total = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        for q in range(0, n_parts):
+            part = tl.load(order_ptr + q)
+            first_chain = tl.load(part_ptr + part)
+            last_chain = tl.load(part_ptr + part + 1)
+            part_total = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+            for ch in range(first_chain, last_chain):
+                k_start = tl.load(chain_ptr + ch)
+                k_stop = tl.load(chain_ptr + ch + 1)
+                c = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+                for b0 in range(k_start, k_stop, BLOCK):
+                    # E: the largest exponent of the nonzero products and of c (when c != 0)
+                    c_bits = c.to(tl.int32, bitcast=True)
+                    e_c = tl.maximum(((c_bits >> 23) & 0xFF) - 127, -126)
+                    e_max = tl.where((c_bits & 0x7FFFFFFF) != 0, e_c, 4 * ZERO_EXP)
+                    # a loop, not tl.static_range: unrolled, the hoisted loads spill registers
+                    for kk in range(0, BLOCK):
+                        k = b0 + kk
+                        k64 = k.to(tl.int64)  # offsets in int64: K * M may exceed 2**31
+                        ea = tl.load(ea_ptr + k64 * M + rm, mask=mask_m & (zero_m + k < k_stop), other=ZERO_EXP).to(tl.int32)
+                        eb = tl.load(eb_ptr + k64 * N + rn, mask=mask_n & (zero_n + k < k_stop), other=ZERO_EXP).to(tl.int32)
+                        e_max = tl.maximum(e_max, ea[:, None] + eb[None, :])
+                    e_max = tl.minimum(tl.maximum(e_max, E_MIN), E_MAX)
+                    scale = ((FRAC - e_max + 127) << 23).to(tl.float32, bitcast=True)  # 2**(F - E)
+                    # every term on the grid 2**(E - F), truncated toward zero, summed exactly as int32
+                    acc = (c * scale).to(tl.int32)
+                    for kk in range(0, BLOCK):
+                        k = b0 + kk
+                        k64 = k.to(tl.int64)
+                        va = tl.load(va_ptr + k64 * M + rm, mask=mask_m & (zero_m + k < k_stop), other=0.0)
+                        vb = tl.load(vb_ptr + k64 * N + rn, mask=mask_n & (zero_n + k < k_stop), other=0.0)
+                        acc += ((va[:, None] * vb[None, :]) * scale).to(tl.int32)
+                    # normalise: truncate to F + 1 significant bits, back to the scale of E
+                    kept = (acc.to(tl.float32).to(tl.int32, bitcast=True) & keep).to(tl.float32, bitcast=True)
+                    unit = ((e_max - FRAC + 127) << 23).to(tl.float32, bitcast=True)  # 2**(E - F)
+                    c = kept * unit
+                part_total = part_total + c  # fp32 RNE: chain results in K order, from +0
+            total = tl.where(q == 0, part_total, total + part_total)  # fp32 RNE, in the scheme's order
+        offs = rm.to(tl.int64)[:, None] * N + rn[None, :]
+        tl.store(out_ptr + offs, total, mask=mask_m[:, None] & mask_n[None, :])
