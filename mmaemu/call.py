@@ -94,7 +94,7 @@ def accumulate(
             with the chain results added in fp32 (False). No default, on purpose.
         splitk: ``1`` or an explicit split ``(S, "contiguous" | "serial" | "pairwise")``.
         profile: reference platform whose preset is used (default: ``MMAEMU_PROFILE`` or ``"hopper"``).
-        backend: ``"auto"``, ``"reference"`` or ``"cpu"`` (as :func:`scaled_mm`).
+        backend: ``"auto"``, ``"reference"``, ``"cpu"`` or ``"triton"`` (as :func:`scaled_mm`).
 
     Returns:
         fp32 ``[M, N]`` on ``a``'s device. Any M, N, K (K = 0 gives +0). A NaN code in row m of
@@ -326,8 +326,10 @@ def scaled_mm(
         splitk: ``"auto"`` (the reference GPU's decision, from evidence; raises
             :class:`SplitKUnknownError` when none decides), ``1``, or ``(S, scheme)``.
         backend: ``"auto"`` (the fastest available for the operands' device: ``"cpu"`` for CPU
-            tensors when numba imports, else ``"reference"``), ``"reference"`` (torch, any
-            device) or ``"cpu"`` (compiled, CPU tensors). All return the same bits.
+            tensors when numba imports; ``"triton"`` for CUDA tensors once its self-test passed
+            on that device; else ``"reference"``), ``"reference"`` (torch, any device), ``"cpu"``
+            (compiled, CPU tensors) or ``"triton"`` (Triton kernels, CUDA tensors; CPU tensors
+            under ``TRITON_INTERPRET=1``). All return the same bits.
         out: optional output tensor, resized as torch resizes it; its prior contents never
             affect the result, and it is returned.
 

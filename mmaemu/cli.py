@@ -108,6 +108,11 @@ def _info(args: argparse.Namespace) -> int:
     usable_cpu, why = cpu.available()
     print(f"  cpu        {'available' if usable_cpu else 'unavailable'}: {why}; "
           f"{'chosen by' if usable_cpu else 'not chosen by'} backend='auto' for CPU tensors")
+    from .backends import triton_backend
+
+    usable_triton, why_triton = triton_backend.available()
+    print(f"  triton     {'available' if usable_triton else 'unavailable'}: {why_triton}; chosen by "
+          "backend='auto' for CUDA tensors once 'python -m mmaemu selftest' passes on the device")
     return 0
 
 

@@ -158,7 +158,9 @@ def _adversarial() -> list[tuple[str, dict[str, Any]]]:
             b = [[0x7E] * 1024]
             cases.append((f"largest-{preset}-{fast}", dict(fa="e5m2", fb="e4m3", a=a, b=b, preset=preset, fast=fast, split=(1, "none"))))
             # Inf meets zero and opposite Inf under every split scheme
-            a = [[0x7C] + [0x3C] * 191, [0xFC] + [0x00] * 191]
+            # (rows 2 and 3: +Inf and -Inf products in one block, and a +Inf c meeting a -Inf product)
+            a = [[0x7C] + [0x3C] * 191, [0xFC] + [0x00] * 191, [0x7C, 0xFC] + [0x3C] * 190,
+                 [0x7C] + [0x3C] * 39 + [0xFC] + [0x3C] * 151]
             b = [[0x38] * 192, [0x00] + [0x38] * 191]
             for split in [(1, "none"), (3, "contiguous"), (3, "serial"), (5, "pairwise")]:
                 cases.append((f"inf-{preset}-{fast}-{split}", dict(fa="e5m2", fb="e4m3", a=a, b=b, preset=preset, fast=fast, split=split)))

@@ -1,0 +1,267 @@
+"""The mutation tier: deliberate, realistic breakages of the arithmetic that the tests must catch.
+
+Each mutant replaces one exact piece of source text (which must occur exactly once) in a copy
+of the working tree, then runs the tests chosen for it (``pytest -x``). The mutant is *killed* when
+the tests fail, *survives* when they pass, and is *malformed* when pytest cannot even collect
+(exit status 2, 3, 4) or the text is not found. An equivalent mutant (one that cannot change any
+output) is listed with the reason and is not run.
+
+Usage::
+
+    python tools/mutants.py              # the CI sample (every third mutant; under 10 minutes)
+    python tools/mutants.py --all        # every mutant
+    python tools/mutants.py --list       # the catalogue
+    python tools/mutants.py --only ID... # chosen mutants
+    python tools/mutants.py --json F     # also write the results
+
+Exit status 0 only when every non-equivalent mutant that ran was killed (and none is malformed).
+The copy lives in a temporary directory: the working tree is never modified.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("MMAEMU_SHARED", ROOT.parent / "shared"))
+
+# Test selections (pytest arguments), fastest first so that a killed mutant stops early.
+MODEL = ("tests/test_hw_vectors.py", "tests/test_model.py", "tests/test_formats.py",
+         "tests/test_against_slowmodel.py", "-k", "not cpu and not triton")
+SPLIT = ("tests/test_accumulation.py", "tests/test_against_slowmodel.py", "tests/test_rtx4060_recordings.py",
+         "-k", "not cpu and not triton")
+EPILOGUE = ("tests/test_contract_table.py", "tests/test_call_records.py", "tests/test_rtx4060_recordings.py",
+            "-k", "not cpu and not triton")
+CPU = ("tests/test_cpu_backend.py", "tests/test_differential.py", "tests/test_against_slowmodel.py",
+       "tests/test_rtx4060_recordings.py", "-k", "cpu or differential")
+CALL = ("tests/test_contract_table.py", "tests/test_call_records.py", "tests/test_platform.py",
+        "-k", "not cpu and not triton")
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One deliberate breakage: ``old`` becomes ``new`` in ``path``; ``tests`` must then fail."""
+
+    id: str
+    path: str
+    old: str
+    new: str
+    what: str
+    tests: tuple[str, ...]
+    equivalent: str | None = None
+
+
+MUTANTS: tuple[Mutant, ...] = (
+    # --- the instruction model (mmaemu/model.py, mmaemu/formats.py)
+    Mutant("hopper-frac-12", "mmaemu/model.py", '"hopper",\n    block_size=32,\n    frac_bits=13,',
+           '"hopper",\n    block_size=32,\n    frac_bits=12,', "hopper keeps 12 fraction bits, not 13", MODEL),
+    Mutant("hopper-frac-14", "mmaemu/model.py", '"hopper",\n    block_size=32,\n    frac_bits=13,',
+           '"hopper",\n    block_size=32,\n    frac_bits=14,', "hopper keeps 14 fraction bits, not 13", MODEL),
+    Mutant("hopper-block-16", "mmaemu/model.py", '"hopper",\n    block_size=32,',
+           '"hopper",\n    block_size=16,', "hopper aligns blocks of 16 products, not 32", MODEL),
+    Mutant("ada-block-32", "mmaemu/model.py", '"ada",\n    block_size=16,',
+           '"ada",\n    block_size=32,', "ada aligns blocks of 32 products, not 16", MODEL),
+    Mutant("ada-frac-12", "mmaemu/model.py", '"ada",\n    block_size=16,\n    frac_bits=13,',
+           '"ada",\n    block_size=16,\n    frac_bits=12,', "ada keeps 12 fraction bits", MODEL),
+    Mutant("floor-not-trunc", "mmaemu/model.py", "terms = torch.trunc(products * pow2(",
+           "terms = torch.floor(products * pow2(", "product terms rounded toward -inf, not toward zero", MODEL),
+    Mutant("round-not-trunc", "mmaemu/model.py", "terms = torch.trunc(products * pow2(",
+           "terms = torch.round(products * pow2(", "product terms rounded to nearest, not truncated", MODEL),
+    Mutant("c-not-aligned", "mmaemu/model.py", "e_max = torch.maximum(e_products, e_c)",
+           "e_max = torch.where(e_products > EXPONENT_OF_ZERO // 2, e_products, e_c)",
+           "c left out of the block maximum (unless the block has no product)", MODEL),
+    Mutant("c-not-truncated", "mmaemu/model.py", "total = total + torch.trunc(c_safe * pow2(-e_unit, torch.float64))",
+           "total = total + c_safe * pow2(-e_unit, torch.float64)", "c added without truncation to the grid", MODEL),
+    Mutant("normalise-nearest", "mmaemu/model.py", "kept = torch.trunc(mant * 2.0**keep)",
+           "kept = torch.round(mant * 2.0**keep)", "the block sum rounded to nearest, not truncated", MODEL),
+    Mutant("normalise-one-bit-more", "mmaemu/model.py", "keep = min(frac, 23) + 1",
+           "keep = min(frac, 23) + 2", "the block sum keeps F + 2 significant bits", MODEL),
+    Mutant("zero-products-in-max", "mmaemu/formats.py",
+           "exponent = torch.where(significand != 0, exponent, torch.full_like(exponent, EXPONENT_OF_ZERO))",
+           "exponent = torch.where(significand != 0, exponent, torch.full_like(exponent, fmt.emin))",
+           "zero operands take part in the block maximum (with the format's emin)", MODEL),
+    Mutant("subnormal-exponent-not-floored", "mmaemu/formats.py",
+           "exponent = torch.clamp(field - fmt.bias, min=fmt.emin)", "exponent = field - fmt.bias",
+           "subnormal operands get exponent -bias, not emin", MODEL),
+    Mutant("minus-zero-kept", "mmaemu/model.py", "result = result + 0.0  # an exact zero is +0",
+           "result = result", "an exact zero block result keeps a negative sign", MODEL,
+           equivalent="the exact sum is never -0 here: torch's sum starts from +0, x + (-x) is +0 under round to "
+                      "nearest even, and a zero c enters as +0; the line is a guard for other implementations"),
+    Mutant("inf-minus-inf-not-nan", "mmaemu/model.py", "nan = nan | (pos_inf & neg_inf)", "nan = nan",
+           "+Inf and -Inf products in one block do not give NaN", MODEL),
+    Mutant("zero-times-inf-not-nan", "mmaemu/model.py", "nan = nan | zero_times_inf.any(-1)", "nan = nan",
+           "0 * Inf does not give NaN", MODEL),
+    Mutant("b200-truncates", "mmaemu/model.py",
+           "frac_bits=25,\n    c_mode=CMode.ROUNDED_ADD,\n    rounding=Rounding.NEAREST_EVEN,",
+           "frac_bits=25,\n    c_mode=CMode.ROUNDED_ADD,\n    rounding=Rounding.TRUNCATE,",
+           "the B200 preset truncates its block sum instead of rounding to nearest even", MODEL),
+    Mutant("sum-dtype-float64", "mmaemu/model.py", "return torch.float32 if bound_bits <= 24 else torch.float64",
+           "return torch.float64", "block terms summed in float64 instead of float32", MODEL,
+           equivalent="the terms are integers below 2**(F + 2 + log2 B) <= 2**24, so the float32 sum is exact "
+                      "and equal to the float64 sum"),
+    # --- accumulation: chains and split-K (mmaemu/accumulation.py)
+    Mutant("slow-chunk-64", "mmaemu/accumulation.py", "SLOW_CHUNK = 128", "SLOW_CHUNK = 64",
+           "slow accumulation restarts its chain every 64 elements", SPLIT),
+    Mutant("slow-chunk-256", "mmaemu/accumulation.py", "SLOW_CHUNK = 128", "SLOW_CHUNK = 256",
+           "slow accumulation restarts its chain every 256 elements", SPLIT),
+    Mutant("contiguous-tile-64", "mmaemu/accumulation.py", "CONTIGUOUS_TILE = 128", "CONTIGUOUS_TILE = 64",
+           "the contiguous split deals k-tiles of 64", SPLIT),
+    Mutant("round-robin-tile-128", "mmaemu/accumulation.py", "ROUND_ROBIN_TILE = 64", "ROUND_ROBIN_TILE = 128",
+           "the round-robin split deals k-tiles of 128", SPLIT),
+    Mutant("pairwise-as-serial", "mmaemu/accumulation.py",
+           "order = pairwise_order(len(partials)) if scheme is Scheme.PAIRWISE else range(len(partials))",
+           "order = range(len(partials))", "pairwise parts added serially in part order", SPLIT),
+    Mutant("pairwise-front-only", "mmaemu/accumulation.py", "take_front = not take_front",
+           "take_front = True", "pairwise pairs all taken from the front (no snake)", SPLIT),
+    Mutant("pairwise-halving", "mmaemu/accumulation.py", "h = (parts + 1) // 2", "h = parts // 2",
+           "pairwise pairs part j with j + floor(S/2)", SPLIT),
+    Mutant("serial-reversed", "mmaemu/accumulation.py",
+           "order = pairwise_order(len(partials)) if scheme is Scheme.PAIRWISE else range(len(partials))",
+           "order = pairwise_order(len(partials)) if scheme is Scheme.PAIRWISE else range(len(partials) - 1, -1, -1)",
+           "serial and contiguous parts added last to first", SPLIT),
+    # --- epilogue and NaN rule (mmaemu/epilogue.py, mmaemu/call.py, mmaemu/formats.py)
+    Mutant("single-rounding", "mmaemu/epilogue.py", "        out = y.to(fmt.dtype)\n",
+           "        out = (acc.to(torch.float64) * alpha.to(torch.float64)).to(fmt.dtype)\n",
+           "bf16/fp16 rounded once from the exact product instead of twice (via fp32)", EPILOGUE),
+    Mutant("alpha-not-rounded", "mmaemu/epilogue.py", "alpha = (sa * sb).to(torch.float32)",
+           "alpha = sa * sb", "scale_a * scale_b kept exact instead of rounded to fp32", EPILOGUE),
+    Mutant("multiply-then-add", "mmaemu/epilogue.py",
+           "y = (acc.to(torch.float64) * alpha.to(torch.float64) + 0.0).to(torch.float32)",
+           "y = acc * alpha + 0.0", "fma(acc, alpha, +0) replaced by an fp32 multiply then + 0", EPILOGUE),
+    Mutant("saturation-off", "mmaemu/epilogue.py", "out = torch.clamp(y, -limit, limit).to(fmt.dtype)",
+           "out = y.to(fmt.dtype)", "FP8 outputs not saturated to the largest finite value", EPILOGUE),
+    Mutant("scale-result-single-rounding", "mmaemu/epilogue.py",
+           "y = (y.to(torch.float64) * sr).to(torch.float32)", "y = y.to(torch.float64) * sr",
+           "y * scale_result not rounded to fp32 before the FP8 conversion", EPILOGUE),
+    Mutant("fp32-nan-payload", "mmaemu/formats.py", "FP32_CANONICAL_NAN = 0x7FFFFFFF",
+           "FP32_CANONICAL_NAN = 0x7FC00000", "fp32 NaN written with the x86 payload 0x7FC00000", EPILOGUE),
+    Mutant("bf16-nan-payload", "mmaemu/formats.py", "BFLOAT16 = _OutSpec(torch.bfloat16, 16, 0x7FFF)",
+           "BFLOAT16 = _OutSpec(torch.bfloat16, 16, 0x7FC0)", "bf16 NaN written as 0x7FC0", EPILOGUE),
+    Mutant("nan-rule-ignores-b", "mmaemu/call.py", "nan_cols = fp8_nan_rows(b)",
+           "nan_cols = torch.zeros(b.shape[0], dtype=torch.bool, device=b.device)",
+           "a NaN code in mat2 does not make its column NaN", EPILOGUE),
+    Mutant("e5m2-inf-is-nan", "mmaemu/formats.py", "smallest_nan = 0x7F if fmt is Fp8Format.E4M3 else 0x7D",
+           "smallest_nan = 0x7F if fmt is Fp8Format.E4M3 else 0x7C", "E5M2 infinities taken for NaN codes",
+           EPILOGUE),
+    # --- the call contract (mmaemu/checks.py, mmaemu/platform.py)
+    Mutant("divisible-by-8", "mmaemu/checks.py", "if k % 16 != 0 or n % 16 != 0:",
+           "if k % 8 != 0 or n % 8 != 0:", "mat2 accepted when divisible by 8 only", CALL),
+    Mutant("workspace0-splits", "mmaemu/platform.py", "    if profile.workspace_bytes == 0:\n",
+           "    if profile.workspace_bytes < 0:\n", "no rule that a zero workspace never splits", CALL),
+    # --- the compiled CPU backend (mmaemu/backends/cpu.py)
+    Mutant("cpu-floor-not-trunc", "mmaemu/backends/cpu.py", "np.trunc((v2 * q2[j]) * s)",
+           "np.floor((v2 * q2[j]) * s)", "cpu: one of four product terms rounded toward -inf", CPU),
+    Mutant("cpu-mask-one-bit-short", "mmaemu/backends/cpu.py", "keep_mask = np.int32(~((1 << (23 - frac)) - 1))",
+           "keep_mask = np.int32(~((1 << (24 - frac)) - 1))", "cpu: the block sum keeps F - 1 fraction bits", CPU),
+    Mutant("cpu-small-products-dropped", "mmaemu/backends/cpu.py", "_NO_PRODUCT_BELOW = -40",
+           "_NO_PRODUCT_BELOW = -20", "cpu: blocks whose products are all below 2**-20 treated as empty", CPU),
+    Mutant("cpu-c-not-aligned", "mmaemu/backends/cpu.py",
+           "e = max(e, np.int32(max(((bits >> 23) & 0xFF) - 127, -126)))",
+           "e = e if e > -100 else np.int32(max(((bits >> 23) & 0xFF) - 127, -126))",
+           "cpu: c left out of the block maximum", CPU),
+    Mutant("cpu-subnormal-decode", "mmaemu/backends/cpu.py",
+           "lead = np.int32(frac >= 2) + np.int32(frac >= 4)", "lead = np.int32(frac >= 2)",
+           "cpu: subnormal FP8 values 4..7 decoded with the wrong leading bit", CPU),
+    Mutant("cpu-pairwise-as-serial", "mmaemu/backends/cpu.py",
+           "order = pairwise_order(n_parts) if plan.split.scheme is Scheme.PAIRWISE else list(range(n_parts))",
+           "order = list(range(n_parts))", "cpu: pairwise parts added serially", CPU),
+)
+
+
+@dataclass
+class Outcome:
+    """The result of one mutant."""
+
+    id: str
+    status: str  # killed, survived, malformed, equivalent
+    seconds: float
+    detail: str = ""
+
+
+def _copy_tree(dest: Path) -> None:
+    ignore = shutil.ignore_patterns(".git", "__pycache__", "*.nbi", "*.nbc", ".hypothesis", "*.egg-info", "site")
+    for name in ("mmaemu", "tests", "tools", "docs", "examples"):
+        if (ROOT / name).exists():
+            shutil.copytree(ROOT / name, dest / name, ignore=ignore)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(ROOT / name, dest / name)
+
+
+def _run_one(mutant: Mutant, work: Path) -> Outcome:
+    if mutant.equivalent:
+        return Outcome(mutant.id, "equivalent", 0.0, mutant.equivalent)
+    target = work / mutant.path
+    original = target.read_text()
+    if original.count(mutant.old) != 1:
+        return Outcome(mutant.id, "malformed", 0.0, f"text found {original.count(mutant.old)} times in {mutant.path}")
+    target.write_text(original.replace(mutant.old, mutant.new))
+    env = dict(os.environ, PYTHONPATH=str(work), MMAEMU_SHARED=str(SHARED), PYTHONDONTWRITEBYTECODE="1")
+    start = time.perf_counter()
+    try:
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:randomly", *mutant.tests],
+                              cwd=work, env=env, capture_output=True, text=True, check=False)
+    finally:
+        target.write_text(original)
+    seconds = time.perf_counter() - start
+    last = (proc.stdout.strip().splitlines() or [""])[-1]
+    if proc.returncode == 1:
+        return Outcome(mutant.id, "killed", seconds, last)
+    if proc.returncode == 0:
+        return Outcome(mutant.id, "survived", seconds, last)
+    return Outcome(mutant.id, "malformed", seconds, f"pytest exit {proc.returncode}: {last}")
+
+
+def sample(mutants: tuple[Mutant, ...]) -> list[Mutant]:
+    """The CI sample: every third mutant, so each area of the model is represented."""
+    return [m for i, m in enumerate(mutants) if i % 3 == 0]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--all", action="store_true", help="run every mutant (default: the CI sample)")
+    parser.add_argument("--only", nargs="+", default=None, help="run these mutant ids")
+    parser.add_argument("--list", action="store_true", help="print the catalogue and exit")
+    parser.add_argument("--json", default=None, help="write the outcomes to this file")
+    args = parser.parse_args(argv)
+    if args.list:
+        for m in MUTANTS:
+            print(f"{m.id:32s} {m.path:28s} {m.what}{'  [equivalent]' if m.equivalent else ''}")
+        return 0
+    if not (SHARED / "hw-vectors").exists():
+        print(f"the mutation tier needs the hardware evidence at {SHARED}", file=sys.stderr)
+        return 1
+    if args.only:
+        unknown = set(args.only) - {m.id for m in MUTANTS}
+        if unknown:
+            parser.error(f"unknown mutant ids: {sorted(unknown)}")
+        chosen = [m for m in MUTANTS if m.id in args.only]
+    else:
+        chosen = list(MUTANTS) if args.all else sample(MUTANTS)
+    outcomes = []
+    with tempfile.TemporaryDirectory(prefix="mmaemu-mutants-") as tmp:
+        work = Path(tmp)
+        _copy_tree(work)
+        for i, mutant in enumerate(chosen, 1):
+            outcome = _run_one(mutant, work)
+            outcomes.append(outcome)
+            print(f"[{i:2d}/{len(chosen)}] {outcome.status:10s} {mutant.id:32s} {outcome.seconds:6.1f} s  "
+                  f"{outcome.detail[:90]}", flush=True)
+    counts = {s: sum(o.status == s for o in outcomes) for s in ("killed", "survived", "malformed", "equivalent")}
+    print(f"\n{len(outcomes)} mutants: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
+    if args.json:
+        Path(args.json).write_text(json.dumps({"mutants": [asdict(m) for m in MUTANTS],
+                                               "outcomes": [asdict(o) for o in outcomes]}, indent=1))
+    return 0 if counts["survived"] == 0 and counts["malformed"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
