@@ -27,6 +27,7 @@ import os
 import warnings
 from dataclasses import dataclass, field
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -57,6 +58,10 @@ __all__ = [
     "split_warnings",
     "combo_verified",
     "live_query",
+    "register_profile",
+    "unregister_profile",
+    "register_table",
+    "USER_PROFILES",
 ]
 
 MIB = 1 << 20
@@ -147,14 +152,30 @@ class SplitTable:
     verified: frozenset[tuple[bool, int, str, str, str]] = field(repr=False)
 
     @staticmethod
-    @functools.lru_cache(maxsize=None)
     def load(table_id: str) -> SplitTable:
-        """Load a shipped table (cached per process)."""
+        """A registered user table (:func:`register_table`), else a shipped table (cached per process)."""
+        user = _USER_TABLES.get(table_id)
+        return user if user is not None else SplitTable._load_shipped(table_id)
+
+    @staticmethod
+    @functools.lru_cache(maxsize=None)
+    def _load_shipped(table_id: str) -> SplitTable:
         base = resources.files("mmaemu") / "data" / "splitk"
         info = json.loads((base / f"{table_id}.json").read_text())
         with (base / f"{table_id}.npz").open("rb") as fh:
-            data = np.load(fh)
-            arrays = {k: data[k] for k in ("key", "setting_start", "S", "custom")}
+            return SplitTable.from_arrays(table_id, info, np.load(fh))
+
+    @staticmethod
+    def from_files(npz_path: str | os.PathLike[str], json_path: str | os.PathLike[str]) -> SplitTable:
+        """Load a table written in the shipped format (``<table_id>.npz`` and ``.json``) from any path."""
+        info = json.loads(Path(json_path).read_text())
+        with np.load(Path(npz_path)) as data:
+            return SplitTable.from_arrays(str(info["table_id"]), info, data)
+
+    @staticmethod
+    def from_arrays(table_id: str, info: dict[str, Any], data: Any) -> SplitTable:
+        """A table from its ``info`` and a mapping holding the ``key``, ``setting_start``, ``S`` and ``custom`` columns."""
+        arrays = {k: np.asarray(data[k]) for k in ("key", "setting_start", "S", "custom")}
         verified = frozenset((bool(c[0]), int(c[1]), str(c[2]), str(c[3]), str(c[4])) for c in info["verified_combos"])
         return SplitTable(table_id, info, arrays["key"], arrays["setting_start"], arrays["S"], arrays["custom"], verified)
 
@@ -215,6 +236,7 @@ class Profile:
         maturity: validated or experimental (experimental profiles warn when used).
         table_id: the split-K table recorded on this platform (None: no table).
         source: where these numbers come from.
+        evidence: for a profile built from a recording (:meth:`from_recording`), what its replay proved.
     """
 
     name: str
@@ -229,6 +251,14 @@ class Profile:
     maturity: Maturity
     table_id: str | None
     source: str
+    evidence: dict[str, Any] | None = field(default=None, compare=False, repr=False)
+
+    @classmethod
+    def from_recording(cls, directory: str | os.PathLike[str], **options: Any) -> Profile:
+        """A profile recorded by ``python -m mmaemu record`` (see :func:`mmaemu.recording.profile_from_recording`)."""
+        from .recording import profile_from_recording
+
+        return profile_from_recording(directory, **options)
 
     def __post_init__(self) -> None:
         if self.sm_count <= 0:
@@ -324,10 +354,45 @@ RENAMED = {
 }
 DEFAULT_PROFILE = "hopper"
 
+#: Profiles registered at run time (:func:`register_profile`), e.g. built from a recording.
+USER_PROFILES: dict[str, Profile] = {}
+_USER_TABLES: dict[str, SplitTable] = {}
+
+
+def register_table(table: SplitTable, *, replace: bool = False) -> None:
+    """Make a split-K table (e.g. a recording's) loadable by :meth:`SplitTable.load` under its id."""
+    if not replace and table.table_id in _USER_TABLES and _USER_TABLES[table.table_id] is not table:
+        raise ValueError(f"a different split-K table {table.table_id!r} is already registered")
+    _USER_TABLES[table.table_id] = table
+
+
+def register_profile(profile: Profile, *, table: SplitTable | None = None, replace: bool = False) -> Profile:
+    """Register a user profile (and its table) so that ``profile="<name>"`` and ``MMAEMU_PROFILE`` find it.
+
+    Raises:
+        ValueError: the name is a shipped profile's, or already registered and ``replace`` is false.
+    """
+    if profile.name in PROFILES or profile.name in RENAMED:
+        raise ValueError(f"profile {profile.name!r} is a shipped profile's name")
+    if profile.name in USER_PROFILES and not replace:
+        raise ValueError(f"profile {profile.name!r} is already registered (pass replace=True)")
+    if table is not None:
+        register_table(table, replace=replace)
+    USER_PROFILES[profile.name] = profile
+    return profile
+
+
+def unregister_profile(name: str) -> None:
+    """Remove a user profile and its table (no-op for unknown names)."""
+    profile = USER_PROFILES.pop(name, None)
+    if profile is not None and profile.table_id is not None:
+        if not any(p.table_id == profile.table_id for p in USER_PROFILES.values()):
+            _USER_TABLES.pop(profile.table_id, None)
+
 
 def profiles() -> list[Profile]:
-    """All registered profiles, in registry order."""
-    return list(PROFILES.values())
+    """All registered profiles, in registry order (shipped first, then user profiles)."""
+    return [*PROFILES.values(), *USER_PROFILES.values()]
 
 
 def default_profile_name() -> str:
@@ -349,9 +414,9 @@ def get_profile(profile: str | Profile | None, *, warn: bool = True) -> Profile:
         if name in RENAMED:
             raise KeyError(f"profile {name!r} was renamed to {RENAMED[name]!r}")
         try:
-            found = PROFILES[name]
+            found = PROFILES[name] if name in PROFILES else USER_PROFILES[name]
         except (KeyError, TypeError):
-            known = ", ".join(repr(p) for p in PROFILES)
+            known = ", ".join(repr(p) for p in [*PROFILES, *USER_PROFILES])
             raise ValueError(f"profile={name!r} is not a profile; accepted: {known}") from None
     if warn and found.maturity is Maturity.EXPERIMENTAL:
         warnings.warn(
@@ -448,7 +513,7 @@ def _envelope(profile: Profile, problem: Problem, table: SplitTable) -> SplitDec
                 status = env["validation"].get(str(profile.workspace_bytes), {}).get("status")
                 return SplitDecision(
                     1, Scheme.NONE.value, SplitSource.ENVELOPE.value, status == "validated", table.table_id,
-                    f"M*N = {mn:,} > {bound:,}, the H100 PCIe bound for K <= {grid[i]:,} in this setting "
+                    f"M*N = {mn:,} > {bound:,}, the {profile.gpu.removeprefix('NVIDIA ')} bound for K <= {grid[i]:,} in this setting "
                     f"(held-out test: {status})",
                 )
         return None
