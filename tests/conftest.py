@@ -6,11 +6,17 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import Phase, settings
 
 #: ``../shared`` beside the repository (CI has it; a user's clone may not).
 SHARED = Path(os.environ.get("MMAEMU_SHARED", Path(__file__).resolve().parents[2] / "shared"))
 HW_VECTORS = SHARED / "hw-vectors"
 RECORDINGS = SHARED / "recordings"
+
+# ``HYPOTHESIS_PROFILE=mutants`` (set by tools/mutants.py): report the first failing example
+# without shrinking it; a mutant only needs to fail, and shrinking slow-model cases takes minutes.
+settings.register_profile("mutants", phases=[Phase.explicit, Phase.reuse, Phase.generate])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 #: ``MMAEMU_FULL=1`` (or ``pytest --full``) runs the exhaustive tiers instead of CI samples.
 FULL = os.environ.get("MMAEMU_FULL") == "1"

@@ -25,6 +25,14 @@ FILES = [
 
 
 def replay(name: str, preset: str | mmaemu.Preset) -> tuple[int, int]:
+    """(differing, total) outputs of one vector file replayed under ``preset``."""
+    got, expected = replay_tensors(name, preset)
+    report = bitwise_diff(got, expected)
+    return report.differing, report.total
+
+
+def replay_tensors(name: str, preset: str | mmaemu.Preset) -> tuple[torch.Tensor, torch.Tensor]:
+    """(model.dot's outputs, the recorded outputs) of one vector file."""
     data = np.load(require(HW_VECTORS / name))
     assert bool(data["c_applied"]) == (name != "h100_e4m3.npz")
     a = torch.from_numpy(data["a_codes"].copy()).view(torch.float8_e4m3fn)
@@ -36,8 +44,7 @@ def replay(name: str, preset: str | mmaemu.Preset) -> tuple[int, int]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", mmaemu.ExperimentalPresetWarning)
         got = mmaemu.model.dot(a, b, c, preset=preset)
-    report = bitwise_diff(got, expected)
-    return report.differing, report.total
+    return got, expected
 
 
 @pytest.mark.parametrize("name,preset,c_applied", FILES)

@@ -204,7 +204,8 @@ def _run_one(mutant: Mutant, work: Path) -> Outcome:
     if original.count(mutant.old) != 1:
         return Outcome(mutant.id, "malformed", 0.0, f"text found {original.count(mutant.old)} times in {mutant.path}")
     target.write_text(original.replace(mutant.old, mutant.new))
-    env = dict(os.environ, PYTHONPATH=str(work), MMAEMU_SHARED=str(SHARED), PYTHONDONTWRITEBYTECODE="1")
+    env = dict(os.environ, PYTHONPATH=str(work), MMAEMU_SHARED=str(SHARED), PYTHONDONTWRITEBYTECODE="1",
+               HYPOTHESIS_PROFILE="mutants")
     start = time.perf_counter()
     try:
         proc = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:randomly", *mutant.tests],
