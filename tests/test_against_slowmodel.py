@@ -187,6 +187,32 @@ def test_every_split_scheme(backend: str, split: tuple[int, str], k: int) -> Non
             assert run_accumulate(case, backend) == slow_accumulate(case), (preset, fast)
 
 
+def _order_sensitive_parts(s: int, scheme: str) -> dict[str, Any]:
+    """Split parts whose fp32 sum depends on the order of the additions.
+
+    Part j (the seeds' dealing: contiguous 128-wide tiles on the H100, round-robin 64-wide tiles on
+    the RTX 4060; K = S tiles, one tile a part) holds +B, +t, -B, +3t, ... with B about 2**24 and t
+    about 2**-12: (B - B) + t keeps t, (B + t) - B loses it.
+    """
+    width = 128 if scheme == "contiguous" else 64
+    a, b = [], []
+    for j in range(s):
+        big = j % 2 == 0
+        a += [0x7E if big else 0x01 + (j % 4 == 3) * 2] * width
+        b += [(0x7E if big else 0x30) | (0x80 if j % 4 == 2 else 0)] * width
+    return dict(a=[a], b=[b])
+
+
+@pytest.mark.parametrize("scheme", ["contiguous", "serial", "pairwise"])
+def test_split_combination_order_matters_and_matches(backend: str, scheme: str) -> None:
+    for s in range(2, 9):
+        for preset in PRESETS:
+            for fast in (True, False):
+                case = dict(fa="e4m3", fb="e4m3", preset=preset, fast=fast, split=(s, scheme),
+                            **_order_sensitive_parts(s, scheme))
+                assert run_accumulate(case, backend) == slow_accumulate(case), (s, preset, fast)
+
+
 # ---- dot ------------------------------------------------------------------------------------
 
 
