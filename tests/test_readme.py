@@ -1,15 +1,19 @@
-"""The README's Python examples run as written."""
+"""The Python examples of the README and of the docs' home page run as written."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_readme_python_blocks_run() -> None:
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
-    assert blocks, "the README must have a runnable quickstart"
+@pytest.mark.parametrize("page", ["README.md", "docs/index.md"])
+def test_python_blocks_run(page: str) -> None:
+    path = ROOT / page
+    blocks = re.findall(r"```python\n(.*?)```", path.read_text(), flags=re.S)
+    assert blocks, f"{page} must have a runnable quickstart"
     for block in blocks:
-        exec(compile(block, str(README), "exec"), {})
+        exec(compile(block, str(path), "exec"), {})
