@@ -51,8 +51,8 @@ class Config:
 CONFIGS = (
     Config("hopper, E4M3 x E4M3, fast", "hopper", True, torch.float8_e4m3fn, torch.float8_e4m3fn, 1),
     Config("ada, E5M2 x E4M3, slow", "ada", False, torch.float8_e5m2, torch.float8_e4m3fn, 1),
-    Config("hopper, E4M3 x E4M3, fast, split S = 4 (serial)", "hopper", True, torch.float8_e4m3fn,
-           torch.float8_e4m3fn, (4, "serial")),
+    Config("hopper, E4M3 x E4M3, fast, split S = 4 (contiguous)", "hopper", True, torch.float8_e4m3fn,
+           torch.float8_e4m3fn, (4, "contiguous")),
 )
 
 
