@@ -144,6 +144,20 @@ def _selftest(args: argparse.Namespace) -> int:
     return 0 if report.passed else 1
 
 
+def _record(args: argparse.Namespace) -> int:
+    """Record this machine's GPU into a recording directory (exit 2 without a usable GPU)."""
+    from .record import main_record
+
+    return main_record(args.out, args.budget_minutes, args.grid, args.torch_workspace)
+
+
+def _replay(args: argparse.Namespace) -> int:
+    """Replay a recording through the emulator; 0 only if everything it claims matches."""
+    from .replay import main_replay
+
+    return main_replay(args.dir, args.backend, args.preset, args.split_family)
+
+
 def _parse_splitk(text: str) -> object:
     if text.isdigit():
         return int(text)
@@ -184,6 +198,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     st.add_argument("--device", default=None,
                     help="device (default: cuda if available; cpu under TRITON_INTERPRET=1)")
     st.set_defaults(run=_selftest)
+    rec = sub.add_parser("record", help="record this GPU as a reference platform (heuristics, probes, live calls)")
+    rec.add_argument("--out", required=True, help="the recording directory (new or empty)")
+    rec.add_argument("--budget-minutes", type=float, default=30.0, help="wall-clock budget (default 30)")
+    rec.add_argument("--grid", default="quick", choices=["quick", "full"], help="shape grid (default quick)")
+    rec.add_argument("--torch-workspace", type=int, default=None,
+                     help="the cuBLASLt workspace torch passes, in bytes (default CUBLASLT_WORKSPACE_SIZE or 1 MiB)")
+    rec.set_defaults(run=_record)
+    rep = sub.add_parser("replay", help="replay a recording through the emulator and report (exit 0 if all matches)")
+    rep.add_argument("dir", help="the recording directory")
+    rep.add_argument("--backend", default="auto", help="emulator backend for the live calls (default auto)")
+    rep.add_argument("--preset", default=None, help="use this preset instead of the probes' verdict")
+    rep.add_argument("--split-family", default=None, choices=["contiguous", "round-robin"],
+                     help="use this split family instead of the probes' verdict")
+    rep.set_defaults(run=_replay)
     args = parser.parse_args(argv)
     return int(args.run(args))
 

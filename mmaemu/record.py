@@ -553,19 +553,22 @@ class Recorder:
         for i in self._split_rows():
             s = r.setting[i]
             keys.setdefault((bool((s >> 2) & 1), r.S[i], (s >> 3) & 7, s >> 6), []).append(i)
-        for (fast, _, out_code, pair_code), rows in sorted(keys.items()):
+        kinds = (DataKind.ADVERSARIAL, DataKind.RANDOM)
+        for key_index, ((fast, _, out_code, pair_code), rows) in enumerate(sorted(keys.items())):
+            # K not a multiple of 128 first, then the cheapest; data kinds alternate across keys and rows
             rows = sorted(rows, key=lambda i: (r.k[i] % 128 == 0, (r.m[i] + r.n[i]) * r.k[i]))
             for j, i in enumerate(rows[: self.grid.live_per_key]):
                 fa, fb = _FMTS[(pair_code >> 1) & 1], _FMTS[pair_code & 1]
-                plan.append((r.m[i], r.n[i], r.k[i], fa, fb, _OUTS[out_code], fast,
-                             DataKind.ADVERSARIAL if j == 0 else DataKind.RANDOM))
+                plan.append((r.m[i], r.n[i], r.k[i], fa, fb, _OUTS[out_code], fast, kinds[(key_index + j) % 2]))
         unsplit_shapes = [(16, 64, 1040), (32, 48, 2000), (64, 256, 4096), (1, 32, 8208)]
+        count = 0
         for out in self.grid.outs:
             for fast in self.grid.fasts:
                 for fa, fb in self.grid.pairs:
                     for j in range(self.grid.live_unsplit):
                         m, n, k = unsplit_shapes[j % len(unsplit_shapes)]
-                        plan.append((m, n, k, fa, fb, out, fast, DataKind.ADVERSARIAL if j % 2 else DataKind.RANDOM))
+                        plan.append((m, n, k, fa, fb, out, fast, kinds[count % 2]))
+                        count += 1
         return plan
 
     def calls(self, writer: RecordingWriter) -> SectionStatus:

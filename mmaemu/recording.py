@@ -604,7 +604,7 @@ class RecordingWriter:
         for name in ("heuristics.npz", "heuristics.json", "calls.jsonl", "calls.npz", "probes.json", "probes.npz"):
             path = self.path / name
             if path.is_file():
-                if name == "calls.jsonl" and hasattr(self, "_calls"):
+                if name == "calls.jsonl" and hasattr(self, "_calls") and not self._calls.closed:
                     self._calls.flush()
                 files[name] = sha256_file(path)
         self.manifest["files"] = files
@@ -779,7 +779,8 @@ def _slug(text: str) -> str:
 
 def profile_from_recording(directory: str | os.PathLike[str], *, name: str | None = None,
                            workspace_bytes: int | None = None, preset: Any = None, split_family: Any = None,
-                           report: Mapping[str, Any] | None = None, register: bool = False) -> Any:
+                           report: Mapping[str, Any] | None = None, register: bool = False,
+                           verdict: Any = None) -> Any:
     """A :class:`~mmaemu.platform.Profile` whose split-K table is a recording's.
 
     The table holds every recorded heuristic row. Its envelope is fitted on the training rows and
@@ -797,6 +798,7 @@ def profile_from_recording(directory: str | os.PathLike[str], *, name: str | Non
         split_family: a :class:`~mmaemu.platform.SplitFamily` to use instead of the probes' verdict.
         report: a replay report (default: ``replay.json`` in the directory, if present).
         register: also :func:`~mmaemu.platform.register_profile` it (with its table).
+        verdict: the probes' verdict, when already computed (:func:`mmaemu.probes.verdict_from_recording`).
 
     Raises:
         ValueError: no heuristic table, or the probes fit no preset (or no split family while the table
@@ -819,7 +821,8 @@ def profile_from_recording(directory: str | os.PathLike[str], *, name: str | Non
     if report is None and (rec.path / "replay.json").is_file():
         report = json.loads((rec.path / "replay.json").read_text())
     report_valid = report is not None and report.get("recording_digest") == rec.digest
-    verdict = verdict_from_recording(rec)
+    if verdict is None:
+        verdict = verdict_from_recording(rec)
     chosen_preset = preset if preset is not None else verdict.preset
     if chosen_preset is None:
         raise ValueError(f"{rec.path}: the probes fit no preset ({verdict.summary}); pass preset= to build a profile anyway")
