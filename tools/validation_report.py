@@ -22,7 +22,8 @@ compares. The figure rule: a line of docs/*.md outside code blocks that states a
 of four or more digits, a percentage, a ratio like ``16.1x``, a time, or TMAC/s) must have an
 evidence reference in its paragraph or table (a path under tests/, tools/, hw-vectors/,
 recordings/ or docs/data/, a seed, a ``bench`` or ``device_check`` command, a link to
-validation.md or performance.md, or ``[evidence: ...]``), or say ``unverified``.
+validation.md or performance.md, an upstream test, or ``[evidence: ...]``), or say ``unverified``.
+GPU names (RTX 4060, H100), versions (12.8.3.14) and dtype names are not figures.
 """
 
 from __future__ import annotations
@@ -307,7 +308,11 @@ def generate(figures: bool = False) -> str:
 
 _FIGURE = re.compile(r"(\d{1,3}(,\d{3})+|\b\d{4,}\b|\d+(\.\d+)?\s?%|\b\d+(\.\d+)?x\b|\b\d+(\.\d+)?\s?(ms|TMAC/s)\b)")
 _EVIDENCE = re.compile(r"(tests/|tools/|hw-vectors|recordings|docs/data|seeds?\b|seed 0\d\d|mmaemu bench|device_check"
-                       r"|validation\.md|performance\.md|\[evidence:|unverified|hardware vectors)", re.IGNORECASE)
+                       r"|validation\.md|performance\.md|\[evidence:|unverified|hardware vectors|upstream test)",
+                       re.IGNORECASE)
+#: names that contain digits but state no figure: GPUs, architectures, versions, dtypes
+_NAMES = re.compile(r"(RTX( PRO)? \d{4}( Ada)?|[HB]\d{3}|sm_\d+|\d+\.\d+\.\d+(\.\d+)?|float\d+|e\dm\d|fp\d+|bf16)",
+                    re.IGNORECASE)
 
 
 def undocumented_figures(docs: Path) -> list[str]:
@@ -334,7 +339,7 @@ def undocumented_figures(docs: Path) -> list[str]:
             if _EVIDENCE.search(text):
                 continue
             for number, line in para:
-                if _FIGURE.search(re.sub(r"`[^`]*`", "", line)):
+                if _FIGURE.search(_NAMES.sub("", re.sub(r"`[^`]*`", "", line))):
                     where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
                     problems.append(f"{where}:{number}: {line.strip()[:100]}")
     return problems
