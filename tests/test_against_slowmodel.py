@@ -282,6 +282,25 @@ def test_epilogue_against_slow_model(case: dict[str, Any]) -> None:
     assert out_bits(got) == want
 
 
+# Double rounding: exact products just above a midpoint of the output format that the first
+# rounding (to fp32) moves onto the midpoint, so that round-to-even then goes down, while a single
+# rounding would go up. (acc, scale_a, scale_b, scale_result, out)
+DOUBLE_ROUNDING = [
+    (0x3F87FFFF, 0x3F800000, 0x3F800000, 0x3F800001, "e4m3"),   # (1.0625 - 2**-23) * (1 + 2**-23)
+    (0xBF87FFFF, 0x3F800000, 0x3F800000, 0x3F800001, "e4m3"),   # the same, negative
+    (0x3F800000, 0x3F87FFFF, 0x3F800000, 0x3F800001, "e4m3"),   # alpha carries the first factor
+    (0x3F807FFF, 0x3F800001, 0x3F800000, None, "bfloat16"),     # (1 + 2**-8 - 2**-23) * (1 + 2**-23)
+    (0x3F801FFF, 0x3F800001, 0x3F800000, None, "float16"),      # (1 + 2**-11 - 2**-23) * (1 + 2**-23)
+]
+
+
+@pytest.mark.parametrize("acc,sa,sb,sr,out", DOUBLE_ROUNDING)
+def test_epilogue_rounds_twice(acc: int, sa: int, sb: int, sr: int | None, out: str) -> None:
+    got = mmaemu.epilogue(scalar(acc).reshape(1), scalar(sa), scalar(sb), out_dtype=OUTS[out],
+                          scale_result=None if sr is None else scalar(sr))
+    assert out_bits(got) == [sm.epilogue(acc, sa, sb, out, sr)]
+
+
 @pytest.mark.parametrize("out", sorted(OUTS))
 @pytest.mark.parametrize("fa,fb", PAIRS)
 def test_scaled_mm_every_output_and_pair(backend: str, out: str, fa: str, fb: str) -> None:
