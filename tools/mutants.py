@@ -12,7 +12,7 @@ Usage::
     python tools/mutants.py --all        # every mutant
     python tools/mutants.py --list       # the catalogue
     python tools/mutants.py --only ID... # chosen mutants
-    python tools/mutants.py --json F     # also write the results
+    python tools/mutants.py --json F     # also write the results (with --only: update them in F)
 
 Exit status 0 only when every non-equivalent mutant that ran was killed (and none is malformed).
 The copy lives in a temporary directory: the working tree is never modified.
@@ -262,8 +262,15 @@ def main(argv: list[str] | None = None) -> int:
     counts = {s: sum(o.status == s for o in outcomes) for s in ("killed", "survived", "malformed", "equivalent")}
     print(f"\n{len(outcomes)} mutants: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
     if args.json:
-        Path(args.json).write_text(json.dumps({"mutants": [asdict(m) for m in MUTANTS],
-                                               "outcomes": [asdict(o) for o in outcomes]}, indent=1))
+        recorded = [asdict(o) for o in outcomes]
+        if args.only and Path(args.json).exists():  # update those mutants in an earlier full run
+            earlier = json.loads(Path(args.json).read_text())["outcomes"]
+            fresh = {o["id"] for o in recorded}
+            recorded = [o for o in earlier if o["id"] not in fresh] + recorded
+            order = {m.id: i for i, m in enumerate(MUTANTS)}
+            recorded.sort(key=lambda o: order.get(o["id"], len(order)))
+        Path(args.json).write_text(json.dumps({"mutants": [asdict(m) for m in MUTANTS], "outcomes": recorded},
+                                              indent=1) + "\n")
     return 0 if counts["survived"] == 0 and counts["malformed"] == 0 else 1
 
 
