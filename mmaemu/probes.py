@@ -506,8 +506,23 @@ def results_from_document(doc: Mapping[str, Any], arrays: Mapping[str, np.ndarra
     return results
 
 
+_VERDICTS: dict[tuple[str, str], ProbeVerdict] = {}
+
+
 def verdict_from_recording(rec: Recording) -> ProbeVerdict:
-    """The probes' verdict for a recording (no probes: a verdict that fits nothing)."""
+    """The probes' verdict for a recording (no probes: a verdict that fits nothing).
+
+    The verdict is a function of ``probes.json`` and ``probes.npz`` only; it is cached per process by
+    their sha256.
+    """
+    from .recording import sha256_file
+
+    key = tuple(sha256_file(rec.path / name) if (rec.path / name).is_file() else "" for name in ("probes.json", "probes.npz"))
+    cached = _VERDICTS.get((key[0], key[1]))
+    if cached is not None:
+        return cached
     doc = rec.probes()
     results = results_from_document(doc, rec.probe_arrays()) if doc is not None else []
-    return analyse(results)
+    verdict = analyse(results)
+    _VERDICTS[(key[0], key[1])] = verdict
+    return verdict

@@ -648,7 +648,7 @@ def _fmt_of(dtype: torch.dtype) -> Fp8Format:
 
 
 def record(out: str | Path, *, budget_minutes: float = 30.0, grid: str | Grid = "quick", device: Device | None = None,
-           torch_workspace: int | None = None, progress: TextIO | None = sys.stderr) -> Path:
+           torch_workspace: int | None = None, progress: TextIO | None = None) -> Path:
     """Record the local GPU (or ``device``) into ``out``.
 
     Raises:
@@ -662,8 +662,9 @@ def record(out: str | Path, *, budget_minutes: float = 30.0, grid: str | Grid = 
 
 
 def main_record(out: str, budget_minutes: float, grid: str, torch_workspace: int | None,
-                stream: TextIO = sys.stderr) -> int:
+                stream: TextIO | None = None) -> int:
     """The ``record`` command: 0 when recorded (even stopped by the budget), 2 when no GPU is usable."""
+    stream = stream or sys.stderr
     try:
         path = record(out, budget_minutes=budget_minutes, grid=grid, torch_workspace=torch_workspace, progress=stream)
     except RecordUnavailableError as exc:

@@ -313,8 +313,9 @@ def replay(path: str | os.PathLike[str], *, backend: str = "auto", preset: str |
 
 
 def main_replay(path: str, backend: str, preset: str | None, split_family: str | None,
-                stream: TextIO = sys.stdout) -> int:
+                stream: TextIO | None = None) -> int:
     """The ``replay`` command: print the summary; 0 only if everything matched."""
+    stream = stream or sys.stdout
     family = {"contiguous": SplitFamily.CONTIGUOUS, "round-robin": SplitFamily.ROUND_ROBIN, None: None}[split_family]
     try:
         report = replay(path, backend=backend, preset=preset, split_family=family)
