@@ -37,7 +37,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from .accumulation import SLOW_CHUNK, AccumulationPlan, Scheme, SplitK, plan_accumulation
+from .accumulation import (
+    SLOW_CHUNK,
+    AccumulationPlan,
+    Scheme,
+    SplitK,
+    plan_accumulation,
+)
 from .backends import reference
 from .epilogue import epilogue
 from .formats import Fp8Format
@@ -48,20 +54,20 @@ if TYPE_CHECKING:
     from .recording import Recording
 
 __all__ = [
-    "ProbeStage",
-    "ProbeInput",
-    "ProbeResult",
-    "Candidate",
     "CANDIDATES",
     "SLOW_INTERVALS",
+    "Candidate",
+    "ProbeInput",
+    "ProbeResult",
+    "ProbeStage",
     "ProbeVerdict",
-    "unsplit_probes",
-    "split_probe",
-    "candidate_plan",
     "analyse",
-    "verdict_from_recording",
+    "candidate_plan",
     "probe_document",
     "results_from_document",
+    "split_probe",
+    "unsplit_probes",
+    "verdict_from_recording",
 ]
 
 PROBES_FORMAT = "mmaemu-probes/1"

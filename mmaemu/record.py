@@ -40,7 +40,16 @@ import torch
 from .cublaslt import HeuristicQuery, HeuristicResult
 from .errors import BackendUnavailableError
 from .formats import Fp8Format, OutFormat
-from .probes import CORNER, ProbeInput, ProbeStage, ProbeResult, analyse, probe_document, split_probe, unsplit_probes
+from .probes import (
+    CORNER,
+    ProbeInput,
+    ProbeResult,
+    ProbeStage,
+    analyse,
+    probe_document,
+    split_probe,
+    unsplit_probes,
+)
 from .recording import (
     FMT_NAMES,
     OUT_NAMES,
@@ -63,16 +72,16 @@ from .recording import (
 )
 
 __all__ = [
-    "RecordUnavailableError",
-    "Device",
-    "CudaDevice",
-    "Grid",
     "GRIDS",
     "MODEL_SHAPES",
     "Budget",
+    "CudaDevice",
+    "Device",
+    "Grid",
+    "RecordUnavailableError",
     "Recorder",
-    "record",
     "default_torch_workspace",
+    "record",
 ]
 
 _OUTS = [OutFormat.FLOAT32, OutFormat.BFLOAT16, OutFormat.FLOAT16, OutFormat.E4M3, OutFormat.E5M2]
@@ -126,7 +135,7 @@ def default_torch_workspace() -> int:
 def _driver_version() -> str | None:
     try:
         done = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                              capture_output=True, text=True, timeout=20)
+                              capture_output=True, text=True, timeout=20, check=False)
         return done.stdout.strip().splitlines()[0] if done.returncode == 0 and done.stdout.strip() else None
     except (OSError, subprocess.SubprocessError):
         return None
@@ -469,7 +478,7 @@ class Recorder:
             "gpu": environment.get("gpu"), "sm_count": environment.get("sm_count"),
             "capability": environment.get("capability"), "cublaslt": environment.get("cublaslt"),
             "torch": environment.get("torch"), "driver": environment.get("driver"),
-            "rows": int(len(arrays["key"])), "split_rows": int((arrays["S"] > 1).sum()),
+            "rows": len(arrays["key"]), "split_rows": int((arrays["S"] > 1).sum()),
             "key": "M << 42 | N << 21 | K within a setting; setting = fa << 7 | fb << 6 | out << 3 | fast << 2 | ws",
             "codes": {"fmt": FMT_NAMES, "out": OUT_NAMES, "ws_bytes": WS_BYTES,
                       "part": {p.name.lower(): int(p) for p in Part}},

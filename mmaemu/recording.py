@@ -18,7 +18,7 @@ A recording (written by ``python -m mmaemu record``, :mod:`mmaemu.record`) is a 
 Inputs of live calls are not stored: :func:`call_inputs` regenerates them from the seed (FP8 codes from
 numpy's PCG64 raw stream, which is stable across numpy versions) and the record keeps their sha256.
 
-The envelope (:func:`fit_envelope`, :func:`test_envelope`) follows the seeds' sweep: fitted on the
+The envelope (:func:`fit_envelope`, :func:`validate_envelope`) follows the seeds' sweep: fitted on the
 training rows only, tested once on held-out rows (:func:`heldout_mask`) that the fit never receives.
 """
 
@@ -43,37 +43,37 @@ from .formats import Fp8Format, OutFormat
 __all__ = [
     "FORMAT",
     "FORMAT_VERSION",
+    "OUT_NAMES",
     "TABLE_FORMAT",
     "WS_BYTES",
-    "OUT_NAMES",
-    "Section",
-    "SectionStatus",
-    "Part",
-    "DataKind",
     "CallClass",
-    "EnvelopeStatus",
-    "setting_code",
-    "pack_key",
-    "unpack_key",
-    "table_arrays",
-    "setting_statistics",
-    "serialise_table",
-    "write_table",
-    "sha256_file",
-    "sha256_bytes",
-    "output_bytes",
-    "output_sha256",
-    "call_inputs",
-    "inputs_sha256",
     "CallRecord",
+    "DataKind",
+    "EnvelopeStatus",
+    "Part",
     "Recording",
     "RecordingWriter",
+    "Section",
+    "SectionStatus",
     "TableRows",
-    "heldout_mask",
+    "call_inputs",
     "fit_envelope",
-    "test_envelope",
+    "heldout_mask",
+    "inputs_sha256",
+    "output_bytes",
+    "output_sha256",
+    "pack_key",
     "profile_from_recording",
     "register_recording",
+    "serialise_table",
+    "setting_code",
+    "setting_statistics",
+    "sha256_bytes",
+    "sha256_file",
+    "table_arrays",
+    "unpack_key",
+    "validate_envelope",
+    "write_table",
 ]
 
 FORMAT = "mmaemu-recording"
@@ -692,7 +692,7 @@ def fit_envelope(train: TableRows, *, margin: int = 2) -> dict[str, Any]:
 
     Returns:
         The ``envelope`` of a table's info (``kind`` ``"k_grid"``, as :mod:`mmaemu.platform` reads it),
-        with ``validation`` empty (:func:`test_envelope` fills it).
+        with ``validation`` empty (:func:`validate_envelope` fills it).
     """
     grid_rows = train.select(train.part == Part.GRID)
     k_grid = np.unique(grid_rows.k)
@@ -701,7 +701,7 @@ def fit_envelope(train: TableRows, *, margin: int = 2) -> dict[str, Any]:
         "claim": "S = 1 when M * N > B(setting, K) and K_min <= K <= K_max; K takes the B of the smallest grid K >= K",
         "K_grid": [int(k) for k in k_grid], "K_min": int(k_grid[0]) if len(k_grid) else 0,
         "K_max": int(k_grid[-1]) if len(k_grid) else -1, "margin": margin, "bounds": [], "validation": {},
-        "fit_rows": int(len(train)),
+        "fit_rows": len(train),
     }
     if not len(k_grid):
         return envelope
@@ -729,7 +729,7 @@ def fit_envelope(train: TableRows, *, margin: int = 2) -> dict[str, Any]:
     return envelope
 
 
-def test_envelope(envelope: Mapping[str, Any], heldout: TableRows) -> dict[str, dict[str, Any]]:
+def validate_envelope(envelope: Mapping[str, Any], heldout: TableRows) -> dict[str, dict[str, Any]]:
     """Test an envelope once on held-out rows: per workspace, the rows above the bound and how many split.
 
     Returns:
@@ -804,9 +804,16 @@ def profile_from_recording(directory: str | os.PathLike[str], *, name: str | Non
         ValueError: no heuristic table, or the probes fit no preset (or no split family while the table
             has splits) and none was passed.
     """
-    from .probes import verdict_from_recording
     from .model import Maturity
-    from .platform import Caller, Profile, SplitFamily, SplitTable, register_profile, register_table
+    from .platform import (
+        Caller,
+        Profile,
+        SplitFamily,
+        SplitTable,
+        register_profile,
+        register_table,
+    )
+    from .probes import verdict_from_recording
 
     rec = Recording.open(directory)
     if not rec.has_table():
@@ -817,7 +824,7 @@ def profile_from_recording(directory: str | os.PathLike[str], *, name: str | Non
     rows = TableRows.of(columns)
     held = heldout_mask(rows)
     envelope = fit_envelope(rows.select(~held))
-    envelope["validation"] = test_envelope(envelope, rows.select(held))
+    envelope["validation"] = validate_envelope(envelope, rows.select(held))
     if report is None and (rec.path / "replay.json").is_file():
         report = json.loads((rec.path / "replay.json").read_text())
     report_valid = report is not None and report.get("recording_digest") == rec.digest
@@ -856,7 +863,7 @@ def profile_from_recording(directory: str | os.PathLike[str], *, name: str | Non
         "probes": verdict.summary, "preset_from": "probes" if preset is None else "argument",
         "split_family_from": "probes" if split_family is None and verdict.split_family is not None else
                              ("argument" if split_family is not None else "no splits recorded"),
-        "envelope": env_status, "heuristic_rows": int(len(rows)), "heldout_rows": int(held.sum()),
+        "envelope": env_status, "heuristic_rows": len(rows), "heldout_rows": int(held.sum()),
     }
     source = (f"recording {rec.path.name} ({env.get('gpu')}, cuBLASLt {env.get('cublaslt')}, digest {rec.digest[:12]}): "
               f"replay {evidence['replay']}, {live_equal} of {evidence['live_calls']} live calls equal; "

@@ -26,7 +26,6 @@ import os
 import sys
 import warnings
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, TextIO
 
 import numpy as np
@@ -34,7 +33,16 @@ import numpy as np
 from .errors import MmaemuWarning
 from .formats import Fp8Format, OutFormat
 from .model import Preset, get_preset
-from .platform import PROFILES, Caller, Problem, Profile, SplitFamily, SplitTable, _scheme, resolve_splitk
+from .platform import (
+    PROFILES,
+    Caller,
+    Problem,
+    Profile,
+    SplitFamily,
+    SplitTable,
+    _scheme,
+    resolve_splitk,
+)
 from .probes import ProbeVerdict, verdict_from_recording
 from .recording import (
     OUT_NAMES,
@@ -51,7 +59,7 @@ from .recording import (
     profile_from_recording,
 )
 
-__all__ = ["CallOutcome", "ReplayReport", "replay", "main_replay"]
+__all__ = ["CallOutcome", "ReplayReport", "main_replay", "replay"]
 
 _OUTS = [OutFormat.FLOAT32, OutFormat.BFLOAT16, OutFormat.FLOAT16, OutFormat.E4M3, OutFormat.E5M2]
 _FMTS = [Fp8Format.E4M3, Fp8Format.E5M2]
@@ -194,7 +202,7 @@ def _heuristics(rec: Recording, preset: Preset, family: SplitFamily, verdict: Pr
     envelope = table.info["envelope"]
     found = table.lookup_many(rows.setting, rows.m, rows.n, rows.k)
     reproduced = int(((found >= 0) & (table.S[np.maximum(found, 0)] == rows.S)).sum())
-    out: dict[str, Any] = {"rows": int(len(rows)), "reproduced": reproduced, "envelope": envelope["validation"],
+    out: dict[str, Any] = {"rows": len(rows), "reproduced": reproduced, "envelope": envelope["validation"],
                            "envelope_fit_rows": envelope.get("fit_rows", 0)}
     if reproduced != len(rows):
         failures.append(f"heuristics: {len(rows) - reproduced} recorded rows not reproduced by the table lookup")

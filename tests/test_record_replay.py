@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from emulated_device import TINY_GRID, EmulatedDevice
 
 import mmaemu
-from emulated_device import TINY_GRID, EmulatedDevice
 from mmaemu import cli
 from mmaemu.formats import Fp8Format, OutFormat
 from mmaemu.model import Maturity

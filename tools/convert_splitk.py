@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import io
 import json
 import sys
 from pathlib import Path
@@ -30,21 +29,15 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from mmaemu.recording import TABLE_FORMAT, pack_key, serialise_table, setting_code, table_arrays  # noqa: E402
 DEFAULT_SRC = ROOT.parent / "shared" / "recordings" / "splitk"
 DEFAULT_OUT = ROOT / "mmaemu" / "data" / "splitk"
-FORMAT = "mmaemu-splitk/1"
+FORMAT = TABLE_FORMAT
 OUT_NAMES = ["float32", "bfloat16", "float16", "float8_e4m3fn", "float8_e5m2"]
 WS_BYTES = [0, 1 << 20, 4 << 20, 32 << 20]
 FIELD_BITS = 21
-
-
-def setting_code(fa: Any, fb: Any, out: Any, fast: Any, ws: Any) -> Any:
-    """One byte per setting: fa (1 bit), fb (1), out (3), fast (1), ws (2)."""
-    return (fa << 7) | (fb << 6) | (out << 3) | (fast << 2) | ws
-
-
-def pack_key(m: Any, n: Any, k: Any) -> Any:
-    return (np.asarray(m, np.int64) << (2 * FIELD_BITS)) | (np.asarray(n, np.int64) << FIELD_BITS) | np.asarray(k, np.int64)
+__all__ = ["setting_code", "pack_key", "convert_table", "convert", "serialise", "main"]
 
 
 def sha256(path: Path) -> str:
@@ -54,24 +47,16 @@ def sha256(path: Path) -> str:
 def convert_table(npz_path: Path, json_path: Path, combos_path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     data = np.load(npz_path)
     meta = json.loads(json_path.read_text())
-    for col in ("M", "N", "K"):
-        assert int(data[col].max()) < (1 << FIELD_BITS), col
     setting = setting_code(
         data["fa"].astype(np.int64), data["fb"].astype(np.int64), data["out"].astype(np.int64),
         data["fast"].astype(np.int64), data["ws"].astype(np.int64),
     )
-    key = pack_key(data["M"], data["N"], data["K"])
-    order = np.lexsort((key, setting))
-    setting, key = setting[order], key[order]
-    assert np.unique(np.stack([setting, key]), axis=1).shape[1] == len(key), "duplicate keys"
-    starts = np.searchsorted(setting, np.arange(257), side="left").astype(np.int64)
-    arrays = {
-        "key": key.astype(np.int64),
-        "setting_start": starts,
-        "S": data["splitK"][order].astype(np.uint8),
-        "custom": data["custom"][order].astype(np.uint8),
-        "reduction": data["reduction"][order].astype(np.uint8),
-    }
+    arrays = table_arrays(setting, data["M"], data["N"], data["K"], {
+        "S": data["splitK"].astype(np.uint8),
+        "custom": data["custom"].astype(np.uint8),
+        "reduction": data["reduction"].astype(np.uint8),
+    })
+    key = arrays["key"]
     combos = json.loads(combos_path.read_text())
     device = meta["profile_device"]
     info: dict[str, Any] = {
@@ -140,9 +125,8 @@ def convert(src: Path) -> dict[str, tuple[dict[str, np.ndarray], dict[str, Any]]
 
 
 def serialise(arrays: dict[str, np.ndarray], info: dict[str, Any]) -> tuple[bytes, bytes]:
-    buf = io.BytesIO()
-    np.savez_compressed(buf, **arrays)
-    return buf.getvalue(), (json.dumps(info, indent=1, sort_keys=True) + "\n").encode()
+    """The package's table writer (mmaemu.recording.serialise_table), shared with recordings."""
+    return serialise_table(arrays, info)
 
 
 def main(argv: list[str] | None = None) -> int:
