@@ -29,8 +29,9 @@ candidate that fits outside them, or says that none fits.
 
 from __future__ import annotations
 
+import contextlib
 import enum
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -388,6 +389,17 @@ class ProbeVerdict:
         }
 
 
+@contextlib.contextmanager
+def _one_thread() -> Iterator[None]:
+    """Run torch on one thread: the probes' tensors are tiny, and spare threads only contend."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def analyse(results: Sequence[ProbeResult], candidates: Iterable[Candidate] = CANDIDATES) -> ProbeVerdict:
     """Say which preset, slow interval and split family reproduce the GPU's probe outputs.
 
@@ -398,6 +410,11 @@ def analyse(results: Sequence[ProbeResult], candidates: Iterable[Candidate] = CA
     Returns:
         The verdict; ``fits`` is False when none fits.
     """
+    with _one_thread():
+        return _analyse(results, candidates)
+
+
+def _analyse(results: Sequence[ProbeResult], candidates: Iterable[Candidate]) -> ProbeVerdict:
     from .platform import SplitFamily
 
     notes: list[str] = []

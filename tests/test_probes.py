@@ -4,6 +4,7 @@ these tests check the analysis and the probes' power to discriminate, not any GP
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator
 
 import pytest
 import torch
@@ -24,6 +25,15 @@ from mmaemu.probes import (
     split_probe,
     unsplit_probes,
 )
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread() -> Iterator[None]:
+    """Tiny tensors: a second torch thread only contends with the other processes on this machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 def emulate(probe, preset: Preset, split: SplitK = SplitK(1, Scheme.NONE), interval: int = 128,  # type: ignore[no-untyped-def]
