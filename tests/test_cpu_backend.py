@@ -17,7 +17,7 @@ if not cpu.available()[0]:  # pragma: no cover
 def test_bit_arithmetic_decode_agrees_with_the_format_decoder_on_every_code(fmt: Fp8Format) -> None:
     codes = torch.arange(256, dtype=torch.int32).to(torch.uint8)
     for shape in ((1, 256), (16, 16), (256, 1)):  # rows are decoded in parallel: any row length
-        values, exponents, any_inf = cpu._decode(codes.reshape(shape).contiguous(), fmt)
+        values, exponents, any_inf = cpu._decode(codes.reshape(shape).contiguous().numpy(), fmt, "test")
         want = decode_fp8(codes.view(fmt.dtype))
         assert np.array_equal(values.reshape(-1).view(np.int32), want.value.numpy().view(np.int32))
         want_exp = np.where(want.exponent.numpy() == EXPONENT_OF_ZERO, cpu._ZERO8, want.exponent.numpy())
@@ -27,7 +27,7 @@ def test_bit_arithmetic_decode_agrees_with_the_format_decoder_on_every_code(fmt:
 
 def test_exponent_sums_keep_zero_operands_below_every_real_product() -> None:
     """The int8 layout's claim: real sums lie in [-28, 30]; sums with a zero lie in [-128, -49]."""
-    exps = [cpu._decode(torch.arange(256, dtype=torch.int32).to(torch.uint8).reshape(1, -1), f)[1]
+    exps = [cpu._decode(torch.arange(256, dtype=torch.int32).to(torch.uint8).reshape(1, -1).numpy(), f, "test")[1].copy()
             for f in Fp8Format]
     real = np.concatenate([e[e != cpu._ZERO8] for e in exps]).astype(np.int32)
     assert real.min() + real.min() == -28 and real.max() + real.max() == 30
@@ -41,3 +41,28 @@ def test_tiles_cover_the_output_and_feed_every_thread_where_they_can(m: int, n: 
     assert 4 <= m_tile <= 32 and 256 <= n_tile <= 1024
     tasks = -(-m // m_tile) * -(-n // n_tile)
     assert tasks >= 4 * threads or (m_tile, n_tile) == (4, 256)
+
+
+def test_scratch_buffers_are_reused_per_thread_and_released() -> None:
+    first = cpu._buffer("test.reuse", (3, 5), np.float32)
+    again = cpu._buffer("test.reuse", (5, 3), np.float32)
+    assert np.shares_memory(first, again)  # no new allocation for the same or a smaller size
+    bigger = cpu._buffer("test.reuse", (100, 5), np.float32)
+    assert bigger.shape == (100, 5) and not np.shares_memory(first, bigger)
+    huge = cpu.SCRATCH_LIMIT_BYTES // 4 + 1
+    assert not np.shares_memory(cpu._buffer("test.huge", (huge,), np.float32), cpu._buffer("test.huge", (huge,), np.float32))
+    cpu.release_scratch()
+    assert not np.shares_memory(bigger, cpu._buffer("test.reuse", (100, 5), np.float32))
+
+
+def test_consecutive_calls_do_not_see_each_others_operands() -> None:
+    """Reused buffers hold the previous call's operands: every call must overwrite what it reads."""
+    import mmaemu
+
+    gen = torch.Generator().manual_seed(3)
+    big = [torch.randn(40, 300, generator=gen).to(torch.float8_e4m3fn) for _ in range(2)]
+    small = [torch.randn(7, 100, generator=gen).to(torch.float8_e4m3fn) for _ in range(2)]
+    for a, b in (big, small, big):
+        got = mmaemu.accumulate(a, b, use_fast_accum=True, backend="cpu")
+        want = mmaemu.accumulate(a, b, use_fast_accum=True, backend="reference")
+        assert torch.equal(got.view(torch.int32), want.view(torch.int32))

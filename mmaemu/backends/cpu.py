@@ -11,8 +11,11 @@ the accumulator row is loaded and stored once per four products. The output is t
 N (wide N tiles: long vector loops) so that a block of B is reused from cache by every row of the
 tile, and the tiles are spread over all cores (``prange``). The FP8 codes are decoded by integer
 bit arithmetic (vectorised; checked against :func:`mmaemu.formats.decode_fp8` on all 256 codes).
-Memory: the operands re-laid out as fp32 values and int8 exponents (5 bytes per FP8 operand)
-plus the output; no ``[M, N, K]`` intermediate.
+Memory: the operands re-laid out as fp32 values and int8 exponents (5 bytes per FP8 operand,
+plus 1 byte per element of B for its transposed codes) plus the output; no ``[M, N, K]``
+intermediate. These operand buffers are kept per thread between calls (up to
+``SCRATCH_LIMIT_BYTES`` each; :func:`release_scratch` frees them): fresh memory would cost a page
+fault every 4 KiB, more than the decoding itself.
 
 Exactness: chain results and split parts are added in fp32 (IEEE round to nearest even; numba
 without fast-math, so no contraction). Inputs with an Inf code (E5M2) are delegated to the reference
@@ -27,6 +30,7 @@ use, caches the machine code on disk (``cache=True``), and is a plain PyPI depen
 from __future__ import annotations
 
 import math
+import threading
 
 import numpy as np
 import torch
@@ -37,7 +41,7 @@ from ..formats import Fp8Format, fp8_format_of
 from ..model import CMode, Preset, Rounding
 from . import reference
 
-__all__ = ["accumulate", "NAME", "available"]
+__all__ = ["accumulate", "NAME", "available", "release_scratch", "SCRATCH_LIMIT_BYTES"]
 
 NAME = "cpu"
 
@@ -102,6 +106,19 @@ if numba is not None:
                 n_inf += np.int32(has_inf and mag == nonfinite_from)
             if n_inf:
                 inf_rows[r] = True
+
+    @njit(parallel=True, cache=True)
+    def _transpose_codes(src: np.ndarray, dst: np.ndarray) -> None:  # pragma: no cover - compiled
+        """``dst[k, n] = src[n, k]`` for uint8 codes, in 64 x 64 tiles that stay in L1 (parallel)."""
+        n_rows, k_cols = src.shape
+        tile = 64
+        k_tiles = (k_cols + tile - 1) // tile
+        for t in prange(((n_rows + tile - 1) // tile) * k_tiles):
+            n0 = (t // k_tiles) * tile
+            k0 = (t % k_tiles) * tile
+            for k in range(k0, min(k0 + tile, k_cols)):
+                for n in range(n0, min(n0 + tile, n_rows)):
+                    dst[k, n] = src[n, k]
 
     @njit(parallel=True, cache=True)
     def _kernel(  # pragma: no cover - compiled
@@ -220,14 +237,41 @@ def _tiles(m: int, n: int, threads: int) -> tuple[int, int]:
     return m_tile, n_tile
 
 
-def _decode(codes: torch.Tensor, fmt: Fp8Format) -> tuple[np.ndarray, np.ndarray, bool]:
-    """(fp32 values, int8 exponents, any Inf code) of contiguous uint8 codes ``[R, C]``."""
-    array = codes.numpy()
-    values = np.empty(array.shape, dtype=np.float32)
-    exponents = np.empty(array.shape, dtype=np.int8)
-    inf_rows = np.zeros(array.shape[0], dtype=np.bool_)
-    if array.size:
-        _decode_rows(array, fmt.mantissa_bits, fmt.bias, fmt.value.has_inf, values, exponents, inf_rows)
+#: Scratch buffers larger than this are allocated per call instead of kept.
+SCRATCH_LIMIT_BYTES = 256 * 2**20
+_scratch = threading.local()
+
+
+def _buffer(name: str, shape: tuple[int, ...], dtype: type[np.generic]) -> np.ndarray:
+    """A scratch array of ``shape``, reused by later calls in this thread (its contents are stale).
+
+    Writing freshly mapped memory costs a page fault every 4 KiB, more than the decoding itself:
+    a decoded weight of the quickstart (5 bytes x 11 million elements) takes about 2 ms to decode
+    into a reused buffer and about 30 ms into a new one (tools' measurement on the 2-core machine).
+    """
+    size = math.prod(shape)
+    nbytes = size * np.dtype(dtype).itemsize
+    if nbytes > SCRATCH_LIMIT_BYTES:
+        return np.empty(shape, dtype=dtype)
+    pool: dict[str, np.ndarray] = _scratch.__dict__.setdefault("pool", {})
+    held = pool.get(name)
+    if held is None or held.size < size or held.dtype != dtype:
+        held = pool[name] = np.empty(size, dtype=dtype)
+    return held[:size].reshape(shape)
+
+
+def release_scratch() -> None:
+    """Free the calling thread's scratch buffers (they are kept between calls to save page faults)."""
+    _scratch.__dict__.pop("pool", None)
+
+
+def _decode(codes: np.ndarray, fmt: Fp8Format, name: str) -> tuple[np.ndarray, np.ndarray, bool]:
+    """(fp32 values, int8 exponents, any Inf code) of contiguous uint8 codes ``[R, C]``, in scratch buffers."""
+    values = _buffer(name + ".values", codes.shape, np.float32)
+    exponents = _buffer(name + ".exponents", codes.shape, np.int8)
+    inf_rows = np.zeros(codes.shape[0], dtype=np.bool_)
+    if codes.size:
+        _decode_rows(codes, fmt.mantissa_bits, fmt.bias, fmt.value.has_inf, values, exponents, inf_rows)
     return values, exponents, bool(inf_rows.any())
 
 
@@ -261,9 +305,11 @@ def accumulate(a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: Accumulat
     unsupported = preset.c_mode is not CMode.ALIGNED or preset.rounding is not Rounding.TRUNCATE or not exact_in_fp32
     if unsupported:
         return reference.accumulate(a, b, preset, plan)  # non-truncating presets: the reference backend
-    va, ea, a_inf = _decode(a.detach().view(torch.uint8).contiguous(), fp8_format_of(a.dtype))
+    va, ea, a_inf = _decode(a.detach().view(torch.uint8).contiguous().numpy(), fp8_format_of(a.dtype), "a")
     # B [N, K] decoded in the kernel's layout [K, N] (a uint8 transpose first: 1 byte an element)
-    vb_t, eb_t, b_inf = _decode(b.detach().view(torch.uint8).t().contiguous(), fp8_format_of(b.dtype))
+    codes_b = _buffer("b.codes", (b.shape[1], b.shape[0]), np.uint8)
+    _transpose_codes(b.detach().view(torch.uint8).contiguous().numpy(), codes_b)
+    vb_t, eb_t, b_inf = _decode(codes_b, fp8_format_of(b.dtype), "b")
     if a_inf or b_inf:
         return reference.accumulate(a, b, preset, plan)  # Inf codes: the reference backend's IEEE rules
     m, n = a.shape[0], b.shape[0]
