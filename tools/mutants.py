@@ -39,8 +39,8 @@ MODEL = ("tests/test_hw_vectors.py", "tests/test_model.py", "tests/test_formats.
          "tests/test_against_slowmodel.py", "-k", "not cpu and not triton")
 SPLIT = ("tests/test_accumulation.py", "tests/test_against_slowmodel.py", "tests/test_rtx4060_recordings.py",
          "-k", "not cpu and not triton")
-EPILOGUE = ("tests/test_contract_table.py", "tests/test_call_records.py", "tests/test_rtx4060_recordings.py",
-            "-k", "not cpu and not triton")
+EPILOGUE = ("tests/test_against_slowmodel.py", "tests/test_contract_table.py", "tests/test_call_records.py",
+            "tests/test_rtx4060_recordings.py", "-k", "not cpu and not triton")
 CPU = ("tests/test_cpu_backend.py", "tests/test_differential.py", "tests/test_against_slowmodel.py",
        "tests/test_rtx4060_recordings.py", "-k", "cpu or differential")
 CALL = ("tests/test_contract_table.py", "tests/test_call_records.py", "tests/test_platform.py",
