@@ -57,6 +57,7 @@ __all__ = [
     "resolve_splitk",
     "split_warnings",
     "combo_verified",
+    "scheme_for",
     "live_query",
     "register_profile",
     "unregister_profile",
@@ -419,8 +420,10 @@ def get_profile(profile: str | Profile | None, *, warn: bool = True) -> Profile:
             known = ", ".join(repr(p) for p in [*PROFILES, *USER_PROFILES])
             raise ValueError(f"profile={name!r} is not a profile; accepted: {known}") from None
     if warn and found.maturity is Maturity.EXPERIMENTAL:
+        reason = ("its recording's replay did not prove every claim (see profile.evidence)" if found.evidence is not None
+                  else "no reference platform's recordings back its split-K decisions")
         warnings.warn(
-            f"profile {found.name!r} is experimental: no reference platform's recordings back its split-K decisions"
+            f"profile {found.name!r} is experimental: {reason}"
             + (" and its preset is fitted to instruction-level vectors only" if found.preset is B200_MMA_SYNC else ""),
             ExperimentalPresetWarning,
             stacklevel=3,
@@ -461,7 +464,8 @@ def live_query(profile: Profile, problem: Problem) -> tuple[int, int] | None:
     return (int(result.splitk), int(result.custom_option)) if result.ok else None
 
 
-def _scheme(profile: Profile, s: int, custom: int) -> Scheme:
+def scheme_for(profile: Profile, s: int, custom: int) -> Scheme:
+    """The split scheme of a cuBLASLt decision (S and customOption) on ``profile``'s platform."""
     if s == 1:
         return Scheme.NONE
     if profile.split_family is SplitFamily.CONTIGUOUS:
@@ -550,7 +554,7 @@ def _decide(profile: Profile, problem: Problem) -> SplitDecision:
         row = table.lookup(setting, problem.m, problem.n, problem.k)
         if row is not None:
             s, custom = int(table.S[row]), int(table.custom[row])
-            scheme = _scheme(profile, s, custom)
+            scheme = scheme_for(profile, s, custom)
             verified = combo_verified(profile, problem, s, scheme)
             if s > 1 and profile.split_family is SplitFamily.CONTIGUOUS and custom >= 4:
                 verified = False  # customOption 4-7 on split rows: never replayed (seeds 002)
@@ -562,7 +566,7 @@ def _decide(profile: Profile, problem: Problem) -> SplitDecision:
     answer = live_query(profile, problem)
     if answer is not None:
         s, custom = answer
-        scheme = _scheme(profile, s, custom)
+        scheme = scheme_for(profile, s, custom)
         return SplitDecision(s, scheme.value, SplitSource.LIVE_QUERY.value, combo_verified(profile, problem, s, scheme),
                              None, f"cuBLASLt heuristic queried on this {profile.gpu} (customOption {custom})")
     if table is not None and os.environ.get("MMAEMU_SPLITK_STRICT") != "1":

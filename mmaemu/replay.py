@@ -40,7 +40,7 @@ from .platform import (
     Profile,
     SplitFamily,
     SplitTable,
-    _scheme,
+    scheme_for,
     resolve_splitk,
 )
 from .probes import ProbeVerdict, verdict_from_recording
@@ -165,7 +165,7 @@ def _replay_call(call: CallRecord, rec: Recording, profile: Profile, backend: st
     a, b = call_inputs(call.data, call.seed, call.m, call.n, call.k, call.fmt_a, call.fmt_b)
     if inputs_sha256(a, b) != call.input_sha256:
         return CallOutcome(call.id, call.call_class, False, "inputs", None, elements)
-    split: Any = 1 if call.S <= 1 else (call.S, _scheme(profile, call.S, call.custom).value)
+    split: Any = 1 if call.S <= 1 else (call.S, scheme_for(profile, call.S, call.custom).value)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", MmaemuWarning)
@@ -295,7 +295,7 @@ def replay(path: str | os.PathLike[str], *, backend: str = "auto", preset: str |
             by_class[o.call_class.value]["total"] += 1
             by_class[o.call_class.value]["equal"] += int(o.equal)
             if o.equal and call.S > 1 and call.error is None:
-                scheme = _scheme(profile, call.S, call.custom).value
+                scheme = scheme_for(profile, call.S, call.custom).value
                 verified.add((call.fast, call.S, scheme, OUT_NAMES[_OUTS.index(call.out)],
                               f"{call.fmt_a.short_name}x{call.fmt_b.short_name}"))
     bad = [o for o in outcomes if not o.equal]
