@@ -11,6 +11,7 @@ import torch
 
 from . import __version__
 from .accumulation import plan_accumulation
+from .backends import resolve_backend
 from .call import decide_split, explain, scaled_mm
 from .formats import Fp8Format, OutFormat
 from .platform import Problem, get_profile
@@ -39,13 +40,14 @@ def _demo(args: argparse.Namespace) -> int:
         decision = decide_split(profile, problem, "auto")
         plan = plan_accumulation(k, fast=True, split=decision.split)
         chains = sum(len(p) for p in plan.parts)
-        print(f"\nprofile {name!r}: {profile.gpu}, cuBLASLt {profile.cublaslt}, {profile.caller} {profile.torch_version}")
+        print(f"\nprofile {name!r}: {profile.gpu}, cuBLASLt {profile.cublaslt}, via {profile.caller.value}")
         print(
             f"  preset {profile.preset.name!r}: blocks of {profile.preset.block_size} products, "
             f"{profile.preset.frac_bits} fraction bits ({profile.preset.maturity.value})"
         )
         print(f"  split-K: S={decision.S} scheme={decision.scheme!r} source={decision.source!r}: {decision.note}")
-        print(f"  plan: {chains} chain(s) of {-(-k // profile.preset.block_size)} blocks per output; backend 'reference'")
+        backend = resolve_backend("auto", x.device).value
+        print(f"  plan: {chains} chain(s) of {-(-k // profile.preset.block_size)} blocks per output; backend {backend!r}")
         start = time.perf_counter()
         outputs[name] = scaled_mm(x, w.t(), sx, sw, out_dtype=torch.bfloat16, use_fast_accum=True, profile=name)
         print(f"  computed in {time.perf_counter() - start:.2f} s")
@@ -56,6 +58,7 @@ def _demo(args: argparse.Namespace) -> int:
     print(f"bf16 outputs of hopper that differ from an IEEE GEMM (exact sum, rounded to fp32, then bf16): "
           f"{int((h != ieee).sum()) / h.numel():.1%}")
     print(f"first outputs, hopper: {outputs['hopper'][0, :4].tolist()}; ada: {outputs['ada'][0, :4].tolist()}")
+    print("(the first call of a process also loads, or the first time compiles, the cpu backend's kernels)")
     return 0
 
 
