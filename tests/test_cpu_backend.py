@@ -66,3 +66,39 @@ def test_consecutive_calls_do_not_see_each_others_operands() -> None:
         got = mmaemu.accumulate(a, b, use_fast_accum=True, backend="cpu")
         want = mmaemu.accumulate(a, b, use_fast_accum=True, backend="reference")
         assert torch.equal(got.view(torch.int32), want.view(torch.int32))
+
+
+def test_concurrent_calls_from_several_threads() -> None:
+    """Each thread has its own operand buffers; launches are serialised where numba needs it."""
+    import threading
+
+    import mmaemu
+
+    gen = torch.Generator().manual_seed(5)
+    cases = [(torch.randn(24 + i, 160, generator=gen).to(torch.float8_e4m3fn),
+              torch.randn(300 - 7 * i, 160, generator=gen).to(torch.float8_e4m3fn)) for i in range(4)]
+    want = [mmaemu.accumulate(a, b, use_fast_accum=False, backend="reference") for a, b in cases]
+    failures: list[str] = []
+
+    def work(i: int) -> None:
+        a, b = cases[i]
+        for _ in range(10):
+            got = mmaemu.accumulate(a, b, use_fast_accum=False, backend="cpu")
+            if not torch.equal(got.view(torch.int32), want[i].view(torch.int32)):
+                failures.append(f"thread {i}")
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []
+
+
+def test_launches_are_serialised_under_the_workqueue_layer(monkeypatch: pytest.MonkeyPatch) -> None:
+    import contextlib
+
+    monkeypatch.setattr(cpu.numba, "threading_layer", lambda: "workqueue")
+    assert cpu._launch_guard() is cpu._WORKQUEUE_LOCK
+    monkeypatch.setattr(cpu.numba, "threading_layer", lambda: "omp")
+    assert isinstance(cpu._launch_guard(), contextlib.nullcontext)

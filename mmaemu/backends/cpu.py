@@ -29,6 +29,7 @@ use, caches the machine code on disk (``cache=True``), and is a plain PyPI depen
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 
@@ -260,6 +261,22 @@ def _buffer(name: str, shape: tuple[int, ...], dtype: type[np.generic]) -> np.nd
     return held[:size].reshape(shape)
 
 
+_WORKQUEUE_LOCK = threading.Lock()
+
+
+def _launch_guard() -> threading.Lock | contextlib.nullcontext[None]:
+    """Serialise kernel launches where numba's threading layer is ``workqueue`` (not thread-safe).
+
+    The ``omp`` and ``tbb`` layers accept concurrent launches from several Python threads; the
+    ``workqueue`` fallback (no OpenMP or TBB runtime found) aborts the process on them.
+    """
+    try:
+        layer = numba.threading_layer()
+    except ValueError:  # no parallel kernel has run yet in this process: be safe
+        return _WORKQUEUE_LOCK
+    return _WORKQUEUE_LOCK if layer == "workqueue" else contextlib.nullcontext()
+
+
 def release_scratch() -> None:
     """Free the calling thread's scratch buffers (they are kept between calls to save page faults)."""
     _scratch.__dict__.pop("pool", None)
@@ -305,18 +322,19 @@ def accumulate(a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: Accumulat
     unsupported = preset.c_mode is not CMode.ALIGNED or preset.rounding is not Rounding.TRUNCATE or not exact_in_fp32
     if unsupported:
         return reference.accumulate(a, b, preset, plan)  # non-truncating presets: the reference backend
-    va, ea, a_inf = _decode(a.detach().view(torch.uint8).contiguous().numpy(), fp8_format_of(a.dtype), "a")
-    # B [N, K] decoded in the kernel's layout [K, N] (a uint8 transpose first: 1 byte an element)
-    codes_b = _buffer("b.codes", (b.shape[1], b.shape[0]), np.uint8)
-    _transpose_codes(b.detach().view(torch.uint8).contiguous().numpy(), codes_b)
-    vb_t, eb_t, b_inf = _decode(codes_b, fp8_format_of(b.dtype), "b")
-    if a_inf or b_inf:
-        return reference.accumulate(a, b, preset, plan)  # Inf codes: the reference backend's IEEE rules
     m, n = a.shape[0], b.shape[0]
     out = np.zeros((m, n), dtype=np.float32)
-    if m and n and plan.k:
-        kseq, starts, parts, order = _flatten(plan)
-        m_tile, n_tile = _tiles(m, n, numba.get_num_threads())
-        _kernel(va, ea, vb_t, eb_t, kseq, starts, parts,
-                len(plan.parts), order, preset.block_size, preset.frac_bits, m_tile, n_tile, out)
+    with _launch_guard():
+        va, ea, a_inf = _decode(a.detach().view(torch.uint8).contiguous().numpy(), fp8_format_of(a.dtype), "a")
+        # B [N, K] decoded in the kernel's layout [K, N] (a uint8 transpose first: 1 byte an element)
+        codes_b = _buffer("b.codes", (b.shape[1], b.shape[0]), np.uint8)
+        _transpose_codes(b.detach().view(torch.uint8).contiguous().numpy(), codes_b)
+        vb_t, eb_t, b_inf = _decode(codes_b, fp8_format_of(b.dtype), "b")
+        if a_inf or b_inf:
+            return reference.accumulate(a, b, preset, plan)  # Inf codes: the reference backend's IEEE rules
+        if m and n and plan.k:
+            kseq, starts, parts, order = _flatten(plan)
+            m_tile, n_tile = _tiles(m, n, numba.get_num_threads())
+            _kernel(va, ea, vb_t, eb_t, kseq, starts, parts,
+                    len(plan.parts), order, preset.block_size, preset.frac_bits, m_tile, n_tile, out)
     return torch.from_numpy(out)
