@@ -15,7 +15,8 @@ Memory: the operands re-laid out as fp32 values and int8 exponents (5 bytes per 
 plus 1 byte per element of B for its transposed codes) plus the output; no ``[M, N, K]``
 intermediate. These operand buffers are kept per thread between calls (up to
 ``SCRATCH_LIMIT_BYTES`` each; :func:`release_scratch` frees them): fresh memory would cost a page
-fault every 4 KiB, more than the decoding itself.
+fault every 4 KiB, more than the decoding itself. Calls from several threads are safe (the buffers
+are per thread; kernel launches are serialised under numba's ``workqueue`` threading layer).
 
 Exactness: chain results and split parts are added in fp32 (IEEE round to nearest even; numba
 without fast-math, so no contraction). Inputs with an Inf code (E5M2) are delegated to the reference
