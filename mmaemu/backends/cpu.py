@@ -19,9 +19,9 @@ fault every 4 KiB, more than the decoding itself. Calls from several threads are
 are per thread; kernel launches are serialised under numba's ``workqueue`` threading layer).
 
 Exactness: chain results and split parts are added in fp32 (IEEE round to nearest even; numba
-without fast-math, so no contraction). Inputs with an Inf code (E5M2) are delegated to the reference
-backend, which implements the IEEE rules; NaN codes are zero here and the caller applies the NaN
-rule. A block result of 2**128 or more cannot occur for K < 2**90, so the Inf rule of
+without fast-math, so no contraction). Inf codes (E5M2) are zeros in the kernel; the outputs whose
+row of A or of B holds one are then recomputed by the reference backend, which implements the IEEE
+rules. NaN codes are zero here and the caller applies the NaN rule. A block result of 2**128 or more cannot occur for K < 2**90, so the Inf rule of
 :func:`mmaemu.model.block_fma` needs no code here.
 
 [Note: why numba] A C++ extension would need a compiler at install time; numba compiles at first
@@ -283,14 +283,14 @@ def release_scratch() -> None:
     _scratch.__dict__.pop("pool", None)
 
 
-def _decode(codes: np.ndarray, fmt: Fp8Format, name: str) -> tuple[np.ndarray, np.ndarray, bool]:
-    """(fp32 values, int8 exponents, any Inf code) of contiguous uint8 codes ``[R, C]``, in scratch buffers."""
+def _decode(codes: np.ndarray, fmt: Fp8Format, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(fp32 values, int8 exponents, rows holding an Inf code) of uint8 codes ``[R, C]``, in scratch buffers."""
     values = _buffer(name + ".values", codes.shape, np.float32)
     exponents = _buffer(name + ".exponents", codes.shape, np.int8)
     inf_rows = np.zeros(codes.shape[0], dtype=np.bool_)
     if codes.size:
         _decode_rows(codes, fmt.mantissa_bits, fmt.bias, fmt.value.has_inf, values, exponents, inf_rows)
-    return values, exponents, bool(inf_rows.any())
+    return values, exponents, inf_rows
 
 
 def _flatten(plan: AccumulationPlan) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -331,11 +331,30 @@ def accumulate(a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: Accumulat
         codes_b = _buffer("b.codes", (b.shape[1], b.shape[0]), np.uint8)
         _transpose_codes(b.detach().view(torch.uint8).contiguous().numpy(), codes_b)
         vb_t, eb_t, b_inf = _decode(codes_b, fp8_format_of(b.dtype), "b")
-        if a_inf or b_inf:
-            return reference.accumulate(a, b, preset, plan)  # Inf codes: the reference backend's IEEE rules
         if m and n and plan.k:
             kseq, starts, parts, order = _flatten(plan)
             m_tile, n_tile = _tiles(m, n, numba.get_num_threads())
             _kernel(va, ea, vb_t, eb_t, kseq, starts, parts,
                     len(plan.parts), order, preset.block_size, preset.frac_bits, m_tile, n_tile, out)
-    return torch.from_numpy(out)
+    result = torch.from_numpy(out)
+    if a_inf.any() or b_inf.any():
+        _redo_infinite(result, a, b, preset, plan, a_inf)
+    return result
+
+
+def _redo_infinite(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: AccumulationPlan,
+                   a_inf_rows: np.ndarray) -> None:
+    """Recompute, with the reference backend's IEEE rules, the outputs whose row of ``a`` or row of
+    ``b`` holds an Inf code (E5M2); the kernel treated those codes as zeros.
+
+    Each output depends only on its row of ``a`` and its row of ``b``, so the recomputed rows and
+    columns are exactly what the reference backend gives for the whole product.
+    """
+    codes_a, codes_b = a.detach().view(torch.uint8), b.detach().view(torch.uint8)
+    rows = torch.from_numpy(np.nonzero(a_inf_rows)[0])
+    if rows.numel():
+        out[rows] = reference.accumulate(codes_a[rows].view(a.dtype), b, preset, plan)
+    if b.dtype == torch.float8_e5m2:
+        cols = torch.nonzero(((codes_b & 0x7F) == 0x7C).any(1)).flatten()
+        if cols.numel():
+            out[:, cols] = reference.accumulate(a, codes_b[cols].view(b.dtype), preset, plan)
