@@ -4,7 +4,7 @@ CI has no GPU: ``TRITON_INTERPRET=1`` (set here, before the kernels are first im
 same kernels on CPU tensors with numpy, exactly for integer and IEEE fp32 work. Every branch of
 the kernel and of its launcher is covered: both presets, all three format pairs, fast and slow
 accumulation, S = 1..4 in every split scheme, K not a multiple of 16/32/128, K = 0, M or N = 0,
-output tiles cut by the matrix edge, adversarial data, Inf codes (delegated), NaN codes (the NaN
+output tiles cut by the matrix edge, adversarial data, Inf codes (recomputed), NaN codes (the NaN
 rule of the caller), a preset the kernel does not express (delegated), every output dtype.
 Expected bits come from the reference backend (or the slow model), never from the code under test.
 """
@@ -150,7 +150,7 @@ def test_against_the_slow_model() -> None:
                 assert int(got.view(torch.int32)[i, j]) & 0xFFFFFFFF == want
 
 
-def test_inf_codes_are_delegated_to_the_reference() -> None:
+def test_outputs_meeting_inf_codes_are_recomputed_by_the_reference() -> None:
     a = adversarial_codes(5, 64, "e5m2", 3)
     b = adversarial_codes(6, 64, "e4m3", 4)
     a_codes = a.view(torch.uint8).clone()
@@ -158,6 +158,12 @@ def test_inf_codes_are_delegated_to_the_reference() -> None:
     a_codes[2, 40] = 0xFC  # -Inf
     got = check(a_codes.view(torch.float8_e5m2), b, HOPPER, True, NONE)
     assert not torch.isfinite(got[1:3]).all()
+    # Inf codes in b (rows of b are output columns), and in both
+    b5 = adversarial_codes(6, 64, "e5m2", 8).view(torch.uint8).clone()
+    b5[4, 20] = 0x7C
+    got = check(a, b5.view(torch.float8_e5m2), HOPPER, False, NONE)
+    assert not torch.isfinite(got[:, 4]).all()
+    check(a_codes.view(torch.float8_e5m2), b5.view(torch.float8_e5m2), HOPPER, True, NONE)
 
 
 def test_nan_codes_follow_the_callers_rule() -> None:

@@ -337,24 +337,6 @@ def accumulate(a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: Accumulat
             _kernel(va, ea, vb_t, eb_t, kseq, starts, parts,
                     len(plan.parts), order, preset.block_size, preset.frac_bits, m_tile, n_tile, out)
     result = torch.from_numpy(out)
-    if a_inf.any() or b_inf.any():
-        _redo_infinite(result, a, b, preset, plan, a_inf)
+    if a_inf.any() or b_inf.any():  # Inf codes were zeros in the kernel: their outputs follow IEEE
+        reference.recompute_infinite(result, a, b, preset, plan)
     return result
-
-
-def _redo_infinite(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: AccumulationPlan,
-                   a_inf_rows: np.ndarray) -> None:
-    """Recompute, with the reference backend's IEEE rules, the outputs whose row of ``a`` or row of
-    ``b`` holds an Inf code (E5M2); the kernel treated those codes as zeros.
-
-    Each output depends only on its row of ``a`` and its row of ``b``, so the recomputed rows and
-    columns are exactly what the reference backend gives for the whole product.
-    """
-    codes_a, codes_b = a.detach().view(torch.uint8), b.detach().view(torch.uint8)
-    rows = torch.from_numpy(np.nonzero(a_inf_rows)[0])
-    if rows.numel():
-        out[rows] = reference.accumulate(codes_a[rows].view(a.dtype), b, preset, plan)
-    if b.dtype == torch.float8_e5m2:
-        cols = torch.nonzero(((codes_b & 0x7F) == 0x7C).any(1)).flatten()
-        if cols.numel():
-            out[:, cols] = reference.accumulate(a, codes_b[cols].view(b.dtype), preset, plan)

@@ -14,7 +14,7 @@ import torch
 from ..accumulation import AccumulationPlan, combine_parts
 from ..model import BlockOperands, Preset, chain
 
-__all__ = ["accumulate", "TILE_ELEMENTS", "NAME"]
+__all__ = ["accumulate", "recompute_infinite", "TILE_ELEMENTS", "NAME"]
 
 NAME = "reference"
 #: Upper bound on the elements of one [m_tile, n_tile, block] working slab.
@@ -96,4 +96,28 @@ def accumulate(a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: Accumulat
                     offset += length
                 partials.append(total)
             out[m0:m1, n0:n1] = combine_parts(partials, plan.split.scheme) if partials else zero
+    return out
+
+
+def _inf_rows(x: torch.Tensor) -> torch.Tensor:
+    """Indices of the rows of an FP8 matrix that hold an Inf code (E5M2 only has them)."""
+    if x.dtype != torch.float8_e5m2 or x.shape[1] == 0:
+        return torch.zeros(0, dtype=torch.int64, device=x.device)
+    return torch.nonzero(((x.view(torch.uint8) & 0x7F) == 0x7C).any(1)).flatten()
+
+
+def recompute_infinite(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, preset: Preset,
+                       plan: AccumulationPlan) -> torch.Tensor:
+    """Overwrite, in ``out`` ``[M, N]``, the outputs whose row of ``a`` or of ``b`` holds an Inf code.
+
+    A fast backend that treats Inf codes as zeros calls this afterwards: the IEEE rules (Inf
+    results, Inf - Inf and 0 * Inf giving NaN) come from this backend, on just those rows and
+    columns. Each output depends only on its row of ``a`` and its row of ``b``, so the result is
+    the whole product as this backend computes it. Returns ``out``.
+    """
+    rows, cols = _inf_rows(a), _inf_rows(b)
+    if rows.numel():
+        out[rows] = accumulate(a.view(torch.uint8)[rows].view(a.dtype), b, preset, plan).to(out.device)
+    if cols.numel():
+        out[:, cols] = accumulate(a, b.view(torch.uint8)[cols].view(b.dtype), preset, plan).to(out.device)
     return out

@@ -16,9 +16,11 @@ Special values:
 
 - NaN codes are decoded as zero; :func:`mmaemu.call._run` writes the canonical NaN over every
   output whose row or column holds one, so the value computed here never shows.
-- Inf codes (E5M2) are delegated, for the whole call, to the reference backend (on the same
-  device), which implements the IEEE rules of :func:`mmaemu.model.block_fma`; so are presets this
-  kernel does not express (``b200_mma_sync``: round-to-nearest, accumulator added last).
+- Inf codes (E5M2) are zeros in the kernel; the outputs whose row of ``a`` or of ``b`` holds one
+  are then recomputed by the reference backend (on the same device), which implements the IEEE
+  rules of :func:`mmaemu.model.block_fma` (:func:`mmaemu.backends.reference.recompute_infinite`).
+  Presets this kernel does not express (``b200_mma_sync``: round-to-nearest, accumulator added
+  last) go to the reference backend whole.
 - Exact zero results are +0 (an integer zero converts to +0). A block result of 2**128 or more
   cannot occur for K < 2**90, so the Inf rule of the model needs no code.
 
@@ -233,8 +235,6 @@ def accumulate_unchecked(
     perm = None if identity else torch.tensor(perm_list, dtype=torch.int64, device=a.device)
     va, ea, a_inf = _decode_k_major(a, perm)
     vb, eb, b_inf = _decode_k_major(b, perm)
-    if a_inf or b_inf:
-        return reference.accumulate(a, b, preset, plan)  # Inf codes: the IEEE rules of the reference
     kernels = _kernels()
     cfg = config or (INTERPRETER_CONFIG if interpreting() else GPU_CONFIG)
     meta = torch.tensor([*chain_starts, *part_starts, *order], dtype=torch.int32, device=a.device)
@@ -249,14 +249,16 @@ def accumulate_unchecked(
         BLOCK=preset.block_size, FRAC=preset.frac_bits, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
         num_warps=cfg.num_warps, enable_fp_fusion=False,
     )
+    if a_inf or b_inf:  # Inf codes were zeros in the kernel: their outputs follow IEEE
+        reference.recompute_infinite(out, a, b, preset, plan)
     return out
 
 
 def accumulate(a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: AccumulationPlan) -> torch.Tensor:
     """fp32 accumulators ``[M, N]`` of FP8 ``a [M, K]`` and ``b [N, K]`` under ``plan``.
 
-    NaN codes are treated as zero here (the caller applies the NaN rule); Inf codes are delegated
-    to the reference backend; exact zeros are +0.
+    NaN codes are treated as zero here (the caller applies the NaN rule); the outputs that meet an
+    Inf code are recomputed by the reference backend; exact zeros are +0.
 
     Raises:
         BackendUnavailableError: Triton is missing, the tensors are on a device the kernels do not
