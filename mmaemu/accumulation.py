@@ -46,6 +46,7 @@ __all__ = [
     "CONTIGUOUS_TILE",
     "ROUND_ROBIN_TILE",
     "SplitKArg",
+    "cut_chains",
 ]
 
 #: Slow accumulation starts a new chain every 128 elements of K (seeds 001, 002; RTX 4060 recordings).
@@ -170,27 +171,37 @@ def _part_ranges(k: int, split: SplitK) -> list[Ranges]:
     return [tuple(p) for p in per_part]
 
 
+def cut_chains(sequence: Ranges, chunk: int) -> tuple[Ranges, ...]:
+    """Cut a k sequence into chains of ``chunk`` elements in sequence order (the last may be shorter).
+
+    Example:
+        >>> cut_chains(((0, 100), (200, 260)), 128)
+        (((0, 100), (200, 228)), ((228, 260),))
+    """
+    chains: list[Ranges] = []
+    current: list[tuple[int, int]] = []
+    filled = 0
+    for start, stop in sequence:
+        while start < stop:
+            take = min(stop - start, chunk - filled)
+            current.append((start, start + take))
+            start += take
+            filled += take
+            if filled == chunk:
+                chains.append(tuple(current))
+                current, filled = [], 0
+    if current:
+        chains.append(tuple(current))
+    return tuple(chains)
+
+
 def _chains(sequence: Ranges, fast: bool) -> tuple[Ranges, ...]:
     """Cut a part's k sequence into chains: one (fast) or one per 128 elements (slow)."""
     if not sequence:
         return ()
     if fast:
         return (sequence,)
-    chains: list[Ranges] = []
-    current: list[tuple[int, int]] = []
-    filled = 0
-    for start, stop in sequence:
-        while start < stop:
-            take = min(stop - start, SLOW_CHUNK - filled)
-            current.append((start, start + take))
-            start += take
-            filled += take
-            if filled == SLOW_CHUNK:
-                chains.append(tuple(current))
-                current, filled = [], 0
-    if current:
-        chains.append(tuple(current))
-    return tuple(chains)
+    return cut_chains(sequence, SLOW_CHUNK)
 
 
 def plan_accumulation(k: int, *, fast: bool, split: SplitK) -> AccumulationPlan:

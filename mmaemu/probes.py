@@ -43,6 +43,7 @@ from .accumulation import (
     AccumulationPlan,
     Scheme,
     SplitK,
+    cut_chains,
     plan_accumulation,
 )
 from .backends import reference
@@ -296,30 +297,12 @@ def split_probe(name: str, m: int, n: int, k: int, fast: bool, seed: int) -> Pro
 # --------------------------------------------------------------------------------------------------
 
 
-def _rechain(sequence: tuple[tuple[int, int], ...], chunk: int) -> tuple[tuple[tuple[int, int], ...], ...]:
-    chains: list[tuple[tuple[int, int], ...]] = []
-    current: list[tuple[int, int]] = []
-    filled = 0
-    for start, stop in sequence:
-        while start < stop:
-            take = min(stop - start, chunk - filled)
-            current.append((start, start + take))
-            start += take
-            filled += take
-            if filled == chunk:
-                chains.append(tuple(current))
-                current, filled = [], 0
-    if current:
-        chains.append(tuple(current))
-    return tuple(chains)
-
-
 def candidate_plan(k: int, fast: bool, split: SplitK, interval: int = SLOW_CHUNK) -> AccumulationPlan:
     """The emulator's plan with a slow-accumulation ``interval`` other than 128 (for the candidates)."""
     if fast or interval == SLOW_CHUNK:
         return plan_accumulation(k, fast=fast, split=split)
     base = plan_accumulation(k, fast=True, split=split)
-    parts = tuple(_rechain(base.part_sequence(i), interval) if chains else () for i, chains in enumerate(base.parts))
+    parts = tuple(cut_chains(base.part_sequence(i), interval) if chains else () for i, chains in enumerate(base.parts))
     return AccumulationPlan(k=k, fast=False, split=split, parts=parts, empty_parts=base.empty_parts)
 
 
