@@ -249,7 +249,7 @@ def _buffer(name: str, shape: tuple[int, ...], dtype: type[np.generic]) -> np.nd
 
     Writing freshly mapped memory costs a page fault every 4 KiB, more than the decoding itself:
     a decoded weight of the quickstart (5 bytes x 11 million elements) takes about 2 ms to decode
-    into a reused buffer and about 30 ms into a new one (tools' measurement on the 2-core machine).
+    into a reused buffer and about 30 ms into a new one (measured on the 2-core development machine).
     """
     size = math.prod(shape)
     nbytes = size * np.dtype(dtype).itemsize
