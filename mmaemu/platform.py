@@ -13,7 +13,7 @@ evidence only, whether that platform splits K for a call and how:
    (:mod:`mmaemu.cublaslt`); never elsewhere;
 4. ``envelope``: above a bound on M*N, S = 1 (H100: a bound per setting and K, fitted and tested on a
    sealed held-out set; RTX 4060: twice the setting's largest split M*N). ``MMAEMU_SPLITK_STRICT=1``
-   turns it off.
+   (or ``true``, ``yes``, ``on``; :func:`env_flag`) turns it off.
 
 Anything else raises :class:`~mmaemu.errors.SplitKUnknownError`.
 """
@@ -63,6 +63,8 @@ __all__ = [
     "unregister_profile",
     "register_table",
     "USER_PROFILES",
+    "env_flag",
+    "splitk_strict",
 ]
 
 MIB = 1 << 20
@@ -396,9 +398,38 @@ def profiles() -> list[Profile]:
     return [*PROFILES.values(), *USER_PROFILES.values()]
 
 
+_TRUE_WORDS = ("1", "true", "yes", "on")
+_FALSE_WORDS = ("0", "false", "no", "off")
+
+
+def env_flag(name: str) -> bool:
+    """A boolean environment variable: ``1``/``true``/``yes``/``on`` or ``0``/``false``/``no``/``off``.
+
+    Case-insensitive, surrounding whitespace ignored; unset or empty means False.
+
+    Raises:
+        ValueError: any other value; the message names the variable and the accepted values.
+    """
+    raw = os.environ.get(name, "")
+    value = raw.strip().lower()
+    if value in _TRUE_WORDS:
+        return True
+    if value in ("", *_FALSE_WORDS):
+        return False
+    raise ValueError(
+        f"{name}={raw!r} is not a boolean; accepted (case-insensitive): {', '.join(_TRUE_WORDS)} to turn it on, "
+        f"{', '.join(_FALSE_WORDS)} (or empty, or unset) to turn it off"
+    )
+
+
+def splitk_strict() -> bool:
+    """Whether ``MMAEMU_SPLITK_STRICT`` turns the envelope rule off (:func:`env_flag`)."""
+    return env_flag("MMAEMU_SPLITK_STRICT")
+
+
 def default_profile_name() -> str:
-    """``MMAEMU_PROFILE`` if set, else ``"hopper"``."""
-    return os.environ.get("MMAEMU_PROFILE", DEFAULT_PROFILE)
+    """``MMAEMU_PROFILE`` if set and not blank (surrounding whitespace ignored), else ``"hopper"``."""
+    return os.environ.get("MMAEMU_PROFILE", "").strip() or DEFAULT_PROFILE
 
 
 def get_profile(profile: str | Profile | None, *, warn: bool = True) -> Profile:
@@ -406,19 +437,28 @@ def get_profile(profile: str | Profile | None, *, warn: bool = True) -> Profile:
 
     Raises:
         KeyError: for a name used before the rename (the message names the new one).
-        ValueError: for an unknown name, listing the known profiles.
+        ValueError: for an unknown name, listing the known profiles (naming ``MMAEMU_PROFILE`` when
+            the name came from it).
+        TypeError: ``profile`` is not a string, a :class:`Profile` or None.
     """
     if isinstance(profile, Profile):
         found = profile
+    elif profile is not None and not isinstance(profile, str):
+        raise TypeError(
+            f"profile must be a profile name (str), a Profile or None, not {type(profile).__name__}"
+        )
     else:
         name = default_profile_name() if profile is None else profile
+        source = f"MMAEMU_PROFILE={name!r} (the default profile)" if profile is None else f"profile={name!r}"
         if name in RENAMED:
-            raise KeyError(f"profile {name!r} was renamed to {RENAMED[name]!r}")
+            where = "MMAEMU_PROFILE: " if profile is None else ""
+            raise KeyError(f"{where}profile {name!r} was renamed to {RENAMED[name]!r}")
         try:
             found = PROFILES[name] if name in PROFILES else USER_PROFILES[name]
-        except (KeyError, TypeError):
+        except KeyError:
             known = ", ".join(repr(p) for p in [*PROFILES, *USER_PROFILES])
-            raise ValueError(f"profile={name!r} is not a profile; accepted: {known}") from None
+            fix = "; set it to one of them, or unset it for 'hopper'" if profile is None else ""
+            raise ValueError(f"{source} is not a profile; accepted: {known}{fix}") from None
     if warn and found.maturity is Maturity.EXPERIMENTAL:
         reason = ("its recording's replay did not prove every claim (see profile.evidence)" if found.evidence is not None
                   else "no reference platform's recordings back its split-K decisions")
@@ -548,6 +588,7 @@ def resolve_splitk(profile: Profile, problem: Problem) -> SplitDecision:
 
 
 def _decide(profile: Profile, problem: Problem) -> SplitDecision:
+    strict = splitk_strict()  # read first: a bad value raises whichever rule decides
     table = SplitTable.load(profile.table_id) if profile.table_id else None
     if table is not None:
         setting = SplitTable.setting(problem.fmt_a, problem.fmt_b, problem.out, problem.fast, profile.ws_code)
@@ -569,7 +610,7 @@ def _decide(profile: Profile, problem: Problem) -> SplitDecision:
         scheme = scheme_for(profile, s, custom)
         return SplitDecision(s, scheme.value, SplitSource.LIVE_QUERY.value, combo_verified(profile, problem, s, scheme),
                              None, f"cuBLASLt heuristic queried on this {profile.gpu} (customOption {custom})")
-    if table is not None and os.environ.get("MMAEMU_SPLITK_STRICT") != "1":
+    if table is not None and not strict:
         inferred = _envelope(profile, problem, table)
         if inferred is not None:
             return inferred
