@@ -14,9 +14,11 @@ import torch
 
 from .accumulation import SplitK, SplitKArg, plan_accumulation
 from .backends import Backend, accumulator_function, auto_fallback, resolve_backend
-from .checks import CheckedCall, check_call
+from .backends import cpu as cpu_backend
+from .backends import triton_backend
+from .checks import CheckedCall, check_call, check_cpu_subnormals, out_resize_warning, resize_out_like_torch
 from .epilogue import epilogue
-from .errors import MmaemuError, UnsupportedFeatureError, UnverifiedSplitWarning
+from .errors import BackendUnavailableError, MmaemuError, UnsupportedFeatureError, UnverifiedSplitWarning
 from .formats import FP32_CANONICAL_NAN, fp8_format_of, fp8_nan_rows, from_bits
 from .model import CMode, Preset
 from .platform import (
@@ -76,6 +78,52 @@ def _check_preset_supports(preset: Preset, fast: bool, split: SplitK) -> None:
         )
 
 
+def _backend_arg(backend: object) -> str | Backend:
+    """``backend=`` checked for type: a string (or a :class:`Backend`); its value is checked by resolve_backend."""
+    if isinstance(backend, (str, Backend)):
+        return backend
+    accepted = ", ".join(repr(b.value) for b in Backend)
+    raise TypeError(f"backend must be a string, not {type(backend).__name__}: pass one of {accepted}")
+
+
+def _check_backend_usable(backend: Backend, device: torch.device) -> None:
+    """Raise what the concrete ``backend`` would raise on ``device``'s tensors, before anything runs.
+
+    Raises:
+        BackendUnavailableError: the backend cannot run here; the message says what to pass instead.
+    """
+    instead = "pass backend='auto' (it picks a backend that runs here) or backend='reference'"
+    if backend is Backend.CPU:
+        usable, reason = cpu_backend.available()
+        if not usable:
+            raise BackendUnavailableError(f"backend 'cpu' is unavailable: {reason}; {instead}")
+        if device.type != "cpu":
+            raise BackendUnavailableError(
+                f"backend 'cpu' runs on CPU tensors only, not {device.type!r} tensors; {instead}"
+            )
+    elif backend is Backend.TRITON:
+        usable, reason = triton_backend.available(device)
+        if not usable:
+            raise BackendUnavailableError(f"backend 'triton' is unavailable: {reason}; {instead}")
+        from .backends.triton_selftest import selftest  # noqa: PLC0415 - imported when triton is asked for
+
+        report = selftest(device)
+        if not report.passed:
+            raise BackendUnavailableError(
+                f"backend 'triton' failed its self-test on {report.device}: {report.summary()}; {instead}"
+            )
+
+
+def _check_fast_accum(use_fast_accum: object, where: str) -> bool:
+    """``use_fast_accum`` must be a bool (as torch's parser requires): ``"False"`` is not False."""
+    if not isinstance(use_fast_accum, bool):
+        raise TypeError(
+            f"{where}: argument 'use_fast_accum' must be bool, not {type(use_fast_accum).__name__}: "
+            "pass True or False"
+        )
+    return use_fast_accum
+
+
 def accumulate(
     a: torch.Tensor,
     b: torch.Tensor,
@@ -100,6 +148,15 @@ def accumulate(
         fp32 ``[M, N]`` on ``a``'s device. Any M, N, K (K = 0 gives +0). A NaN code in row m of
         ``a`` or row n of ``b`` gives the canonical NaN at (m, n); Inf codes (E5M2) follow IEEE.
 
+    Raises:
+        TypeError: ``use_fast_accum`` is not a bool, ``a`` or ``b`` is not a tensor, ``backend``
+            or ``profile`` of the wrong type.
+        ValueError: operands that are not 2-D FP8 matrices sharing K and a device, tensors on the
+            ``meta`` device, an invalid ``splitk``, ``profile`` or ``backend``.
+        BackendUnavailableError: the requested backend cannot run on the operands' device.
+        UnsupportedFeatureError: a preset that does not model the requested accumulation.
+        MmaemuError: the CPU flushes subnormals (CPU tensors).
+
     Example:
         >>> import torch, mmaemu
         >>> a = torch.ones(2, 40).to(torch.float8_e4m3fn)
@@ -107,9 +164,12 @@ def accumulate(
         tensor([[40., 40.],
                 [40., 40.]])
     """
+    fast = _check_fast_accum(use_fast_accum, "accumulate()")
     for name, t in (("a", a), ("b", b)):
-        if not isinstance(t, torch.Tensor) or t.dim() != 2:
-            raise ValueError(f"{name} must be a 2-D FP8 tensor")
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a 2-D FP8 tensor, not {type(t).__name__}")
+        if t.dim() != 2:
+            raise ValueError(f"{name} must be a 2-D FP8 tensor, got {t.dim()} dimensions")
         try:
             fp8_format_of(t.dtype)
         except ValueError:
@@ -118,14 +178,21 @@ def accumulate(
         raise ValueError(f"a [M, K] and b [N, K] must share K, got {tuple(a.shape)} and {tuple(b.shape)}")
     if a.device != b.device:
         raise ValueError(f"a and b must be on the same device, got {a.device} and {b.device}")
+    if a.device.type == "meta":
+        raise ValueError(
+            "mmaemu computes values; tensors on the 'meta' device have none. Pass CPU or CUDA tensors"
+        )
     prof = get_profile(profile)
     split = SplitK.parse(splitk)
-    _check_preset_supports(prof.preset, bool(use_fast_accum), split)
-    chosen = resolve_backend(backend, a.device)
-    plan = plan_accumulation(a.shape[1], fast=bool(use_fast_accum), split=split)
+    _check_preset_supports(prof.preset, fast, split)
+    chosen = resolve_backend(_backend_arg(backend), a.device)
+    _check_backend_usable(chosen, a.device)
+    if a.device.type == "cpu":
+        check_cpu_subnormals()
+    plan = plan_accumulation(a.shape[1], fast=fast, split=split)
     if plan.empty_parts:
         warnings.warn(_empty_parts_message(split, plan.k, plan.empty_parts), UnverifiedSplitWarning, stacklevel=2)
-    return _run(a, b, prof.preset, bool(use_fast_accum), split, chosen)
+    return _run(a, b, prof.preset, fast, split, chosen)
 
 
 @dataclass(frozen=True)
@@ -193,26 +260,34 @@ def _prepare(
     profile: str | Profile | None,
     splitk: SplitKArg | str,
     backend: str,
-    *,
-    resize_out: bool,
 ) -> tuple[Profile, CheckedCall, SplitDecision | None, Backend]:
-    """The checks and decisions shared by :func:`scaled_mm` and :func:`explain` (raises on refusal)."""
+    """The checks and decisions shared by :func:`scaled_mm` and :func:`explain` (raises on refusal).
+
+    Modifies nothing: ``out`` is resized and written by :func:`scaled_mm` only after this returned
+    and the result was computed. Emits torch's resize warning when ``out`` will be resized.
+    """
     prof = get_profile(profile)
     if not (isinstance(splitk, str) and splitk == "auto"):
         SplitK.parse(splitk)  # type: ignore[arg-type]  # invalid values raise ValueError here
-    chosen = resolve_backend(backend, mat1.device if isinstance(mat1, torch.Tensor) else torch.device("cpu"))
+    device = mat1.device if isinstance(mat1, torch.Tensor) else torch.device("cpu")
+    chosen = resolve_backend(_backend_arg(backend), device)
     checked = check_call(mat1, mat2, scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum, out,
-                         resize_out=resize_out)
-    if checked.empty:
-        return prof, checked, None, chosen
-    assert checked.out is not None
-    problem = Problem(checked.m, checked.n, checked.k, checked.fmt_a, checked.fmt_b, checked.out, checked.fast)
-    decision = decide_split(prof, problem, splitk)
-    split = decision.split
-    _check_preset_supports(prof.preset, checked.fast, split)
-    plan = plan_accumulation(checked.k, fast=checked.fast, split=split)
-    if plan.empty_parts:
-        warnings.warn(_empty_parts_message(split, plan.k, plan.empty_parts), UnverifiedSplitWarning, stacklevel=4)
+                         resize_out=False)
+    _check_backend_usable(chosen, device)
+    decision = None
+    if not checked.empty:
+        assert checked.out is not None
+        problem = Problem(checked.m, checked.n, checked.k, checked.fmt_a, checked.fmt_b, checked.out, checked.fast)
+        decision = decide_split(prof, problem, splitk)
+        split = decision.split
+        _check_preset_supports(prof.preset, checked.fast, split)
+        plan = plan_accumulation(checked.k, fast=checked.fast, split=split)
+        if plan.empty_parts:
+            warnings.warn(_empty_parts_message(split, plan.k, plan.empty_parts), UnverifiedSplitWarning,
+                          stacklevel=4)
+    resize_message = out_resize_warning(out, checked.m, checked.n)
+    if resize_message is not None:
+        warnings.warn(resize_message, UserWarning, stacklevel=4)
     return prof, checked, decision, chosen
 
 
@@ -240,7 +315,10 @@ def explain(
 ) -> CallPlan:
     """What :func:`scaled_mm` would do with the same arguments, without computing the GEMM.
 
-    A refusal is reported in ``validation``, not raised; ``out`` is not modified.
+    A refusal is reported in ``validation``, not raised: the class name and message of exactly the
+    exception :func:`scaled_mm` would raise (torch's rejections, unsupported features, split-K,
+    unusable backends, meta tensors, argument types and environment variables). Nothing is
+    modified, ``out`` included; the warnings ``scaled_mm`` would emit are in ``warnings``.
 
     Example:
         >>> import torch, mmaemu
@@ -263,13 +341,13 @@ def explain(
         try:
             prof, checked, decision, chosen = _prepare(
                 mat1, mat2, scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum, out,
-                profile, splitk, backend, resize_out=False,
+                profile, splitk, backend,
             )
         except (MmaemuError, RuntimeError, TypeError, ValueError, KeyError) as exc:
             validation = (type(exc).__name__, str(exc))
     try:
-        prof = prof or get_profile(profile)
-    except ValueError:
+        prof = prof or get_profile(profile, warn=False)
+    except (KeyError, TypeError, ValueError):
         prof = None
     shape = None
     if isinstance(mat1, torch.Tensor) and isinstance(mat2, torch.Tensor) and mat1.dim() == 2 and mat2.dim() == 2:
@@ -287,7 +365,7 @@ def explain(
         preset_maturity=prof.preset.maturity.value if prof else "?",
         split=decision,
         backend=chosen.value if chosen is not None and validation == "ok" else None,
-        fallback=(auto_fallback(mat1.device) if backend == "auto" and chosen is Backend.REFERENCE
+        fallback=(auto_fallback(mat1.device) if backend in ("auto", Backend.AUTO) and chosen is Backend.REFERENCE
                   and isinstance(mat1, torch.Tensor) else None),
         out_dtype=dtype_name,
         shape=shape,
@@ -331,7 +409,10 @@ def scaled_mm(
             (compiled, CPU tensors) or ``"triton"`` (Triton kernels, CUDA tensors; CPU tensors
             under ``TRITON_INTERPRET=1``). All return the same bits.
         out: optional output tensor, resized as torch resizes it; its prior contents never
-            affect the result, and it is returned.
+            affect the result, and it is returned. It is touched only once the call is decided and
+            computed: a refused call leaves it as it was (shape, strides and contents). An ``out``
+            whose written elements share memory with ``mat1``, ``mat2``, a scale, ``bias`` or
+            ``scale_result`` is refused (RuntimeError).
 
     Returns:
         ``[M, N]`` tensor of ``out_dtype`` on the inputs' device. NaN codes in row m of ``mat1`` or
@@ -344,8 +425,17 @@ def scaled_mm(
         UnsupportedFeatureError: bias, row-wise or block-wise scales, inputs requiring grad in
             grad mode, an ``out=`` layout torch would not write.
         SplitKUnknownError: see ``splitk``.
-        ValueError: invalid ``profile``, ``splitk`` or ``backend`` values.
-        TypeError: arguments of the wrong type, as torch's parser.
+        BackendUnavailableError: the requested backend cannot run on the tensors' device (raised
+            before anything runs).
+        ValueError: invalid ``profile``, ``splitk`` or ``backend`` values, a bad ``MMAEMU_PROFILE``
+            or ``MMAEMU_SPLITK_STRICT``, tensors on the ``meta`` device (they hold no values).
+        TypeError: arguments of the wrong type, as torch's parser (``use_fast_accum`` must be a
+            bool); ``profile`` or ``backend`` of the wrong type.
+        KeyError: a profile name used before the rename (the message names the new one).
+        RuntimeError: an ``out`` that shares memory with what the call reads (see ``out``).
+        MmaemuError: the CPU flushes subnormals.
+
+    Every refusal happens before anything is modified.
 
     Example:
         >>> import torch, mmaemu
@@ -358,7 +448,7 @@ def scaled_mm(
     """
     prof, checked, decision, chosen = _prepare(
         mat1, mat2, scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum, out,
-        profile, splitk, backend, resize_out=True,
+        profile, splitk, backend,
     )
     if checked.empty or decision is None:
         result = torch.zeros((checked.m, checked.n), dtype=checked.out_dtype, device=mat1.device)
@@ -367,6 +457,9 @@ def scaled_mm(
         acc = _run(mat1, mat2.t(), prof.preset, checked.fast, decision.split, chosen)
         result = epilogue(acc, scale_a, scale_b, out_dtype=checked.out.dtype, scale_result=scale_result)
     if out is not None:
-        out.copy_(result)
+        # only now, with the call decided and the result computed, is out touched (see checks [Note: out])
+        resize_out_like_torch(out, checked.m, checked.n, warn=False)
+        with torch.no_grad():
+            out.copy_(result)
         return out
     return result

@@ -8,7 +8,16 @@
 - :class:`~mmaemu.errors.UnsupportedFeatureError` for calls the reference GPU runs but mmaemu does
   not model (bias, row-wise scales, inputs requiring grad in grad mode, an ``out=`` layout that
   torch would silently not write);
-- :class:`~mmaemu.errors.MmaemuError` when the CPU flushes subnormals (it would change the arithmetic).
+- :class:`~mmaemu.errors.MmaemuError` when the CPU flushes subnormals (it would change the arithmetic);
+- :class:`ValueError` for tensors on the ``meta`` device (they hold no values to compute with);
+- :class:`RuntimeError` (not a ``ReferenceRejectsError``) for an ``out`` that shares memory with an
+  operand, a scale, ``bias`` or ``scale_result`` (see [Note: out]).
+
+[Note: out] :func:`check_call` never modifies ``out``: it only decides. The caller resizes and writes
+``out`` once every check and decision passed, so a refused call leaves ``out`` as it was (shape,
+strides and contents). An ``out`` whose written elements (after the resize torch would do) share
+memory with anything the call reads is refused: torch 2.7.1 does not check it and the GPU would
+read operands while overwriting them, so no result is defined.
 
 The order and messages follow torch 2.7.1's ``_scaled_mm_out_cuda`` (aten/src/ATen/native/cuda/
 Blas.cpp) and are checked against the RTX 4060's recorded API grids (``recordings/rtx4060``, kind
@@ -29,6 +38,7 @@ cuBLASLt reports for it is unverified (mmaemu reports CUBLAS_STATUS_NOT_SUPPORTE
 from __future__ import annotations
 
 import enum
+import math
 import warnings
 from dataclasses import dataclass
 
@@ -37,7 +47,16 @@ import torch
 from .errors import MmaemuError, ReferenceRejectsError, UnsupportedFeatureError
 from .formats import Fp8Format, OutFormat
 
-__all__ = ["ScalingType", "CheckedCall", "check_call", "scalar_type_name", "check_cpu_subnormals"]
+__all__ = [
+    "ScalingType",
+    "CheckedCall",
+    "check_call",
+    "scalar_type_name",
+    "check_cpu_subnormals",
+    "out_resize_warning",
+    "resize_out_like_torch",
+    "OUT_REQUIRES_GRAD_MESSAGE",
+]
 
 _SCALAR_TYPE_NAMES = {
     torch.float32: "Float",
@@ -69,6 +88,12 @@ _CUDA_DATA_TYPES = {
 _OUT_FORMATS = {f.dtype: f for f in OutFormat}
 #: byte alignment cuBLASLt needs for FP8 operands and leading dimensions (see [Note: alignment]).
 ALIGNMENT_BYTES = 16
+#: torch's autograd layer for an ``out=`` leaf that requires grad in grad mode (torch 2.13's wording on
+#: the CPU; the autograd layer runs before the device's kernel, torch 2.7.1's wording is unverified).
+OUT_REQUIRES_GRAD_MESSAGE = (
+    "aten::_scaled_mm(): functions with out=... arguments don't support automatic differentiation, but one of "
+    "the arguments requires grad."
+)
 
 
 def scalar_type_name(dtype: torch.dtype) -> str:
@@ -206,15 +231,91 @@ def check_cpu_subnormals() -> None:
 
     Multiplies a subnormal by 0.5 in torch on the CPU: flush-to-zero (results) or
     denormals-are-zero (inputs), e.g. after ``torch.set_flush_denormal(True)``, both give 0.
-    The exact arithmetic of the CPU backends relies on IEEE subnormals.
+    The exact arithmetic of the CPU backends relies on IEEE subnormals. The probe always runs on the
+    CPU, whatever ``torch.set_default_device`` says.
+
+    Raises:
+        MmaemuError: the CPU flushes subnormals; the message says how to turn it off.
     """
-    tiny = torch.tensor([2.0**-140], dtype=torch.float32)
+    tiny = torch.tensor([2.0**-140], dtype=torch.float32, device="cpu")
     probe = float((tiny * 0.5)[0])
     if probe != 2.0**-141:
         raise MmaemuError(
             "the CPU flushes subnormal floats to zero (flush-to-zero / denormals-are-zero is on, e.g. "
-            "torch.set_flush_denormal(True)); mmaemu's exact arithmetic needs IEEE subnormals"
+            "torch.set_flush_denormal(True)); mmaemu's exact arithmetic needs IEEE subnormals: call "
+            "torch.set_flush_denormal(False) before mmaemu (and check that no library turned FTZ/DAZ on)"
         )
+
+
+def _check_not_meta(mat1: torch.Tensor) -> None:
+    """Tensors on the ``meta`` device have shapes but no values (runs after the same-device check)."""
+    if mat1.device.type == "meta":
+        raise ValueError(
+            "mmaemu computes values; tensors on the 'meta' device have none. Pass CPU or CUDA tensors; for "
+            "the result's shape and dtype alone, call mmaemu.ops.scaled_mm (its fake implementation serves "
+            "meta and fake tensors) or torch._scaled_mm outside mmaemu.emulate()"
+        )
+
+
+def _span(t: torch.Tensor, shape: tuple[int, ...] | None = None) -> tuple[int, int] | None:
+    """Bytes ``[start, end)`` of ``t``'s storage that ``t`` spans (resized to ``shape``: contiguous); None if empty."""
+    sizes = tuple(int(size) for size in t.shape) if shape is None else shape
+    if any(size == 0 for size in sizes):
+        return None
+    if shape is None:
+        strides = tuple(int(stride) for stride in t.stride())
+    else:
+        strides = tuple(math.prod(sizes[i + 1:]) for i in range(len(sizes)))
+    extent = 1 + sum((size - 1) * stride for size, stride in zip(sizes, strides))
+    start = int(t.storage_offset()) * t.element_size()
+    return start, start + extent * t.element_size()
+
+
+def _check_out_overlap(out: torch.Tensor | None, shape: tuple[int, int], named: list[tuple[str, torch.Tensor | None]]) -> None:
+    """Refuse an ``out`` whose written bytes (after torch's resize) overlap a tensor the call reads.
+
+    Tensors on one storage are compared by their storage offsets; tensors on different storages by
+    address (two storages may share memory), unless the resize reallocates ``out``'s storage.
+    """
+    if out is None:
+        return
+    written = _span(out, None if tuple(out.shape) == shape else shape)
+    out_base = out.untyped_storage().data_ptr()
+    if written is None or out_base == 0:  # nothing written, or a resize into fresh memory
+        return
+    reallocates = written[1] > out.untyped_storage().nbytes()
+    clashes = []
+    for name, t in named:
+        span = None if t is None else _span(t)
+        if t is None or span is None:
+            continue
+        base = t.untyped_storage().data_ptr()
+        if base == out_base:
+            lo, hi = written
+        elif reallocates:
+            continue
+        else:
+            lo, hi = out_base + written[0] - base, out_base + written[1] - base
+        if span[0] < hi and lo < span[1]:
+            clashes.append(name)
+    if clashes:
+        raise RuntimeError(
+            f"out shares memory with {', '.join(clashes)}: the GEMM would overwrite what it reads, and torch gives no "
+            "defined result for such a call. Pass an out that overlaps no input, scale, bias or scale_result "
+            "(a new tensor, or clone() the overlapping arguments first)"
+        )
+
+
+def out_resize_warning(out: torch.Tensor | None, m: int, n: int) -> str | None:
+    """torch's UserWarning text when ``out`` (not empty) must be resized to ``[m, n]``, else None."""
+    if out is None or tuple(out.shape) == (m, n) or out.numel() == 0:
+        return None
+    return (
+        f"An output with one or more elements was resized since it had shape {list(out.shape)}, which does "
+        f"not match the required output shape {[m, n]}. This behavior is deprecated, and in a future PyTorch "
+        "release outputs will not be resized unless they have zero elements. You can explicitly reuse an "
+        "out tensor t by resizing it, inplace, to zero elements with t.resize_(0)."
+    )
 
 
 def check_call(
@@ -232,15 +333,21 @@ def check_call(
 ) -> CheckedCall:
     """Every check of ``torch._scaled_mm`` (torch 2.7.1) and of the reference cuBLASLt, in order.
 
-    Resizes ``out`` as torch does (with torch's UserWarning when a non-empty ``out`` changes shape);
-    ``resize_out=False`` only warns (for :func:`mmaemu.explain`, which must not modify ``out``).
+    The checks modify nothing (see [Note: out]). With ``resize_out=True`` (the default), once every
+    check passed, ``out`` is resized as torch resizes it, with torch's UserWarning when a non-empty
+    ``out`` changes shape; with ``resize_out=False`` neither happens and the caller, which may
+    still refuse the call, resizes ``out`` itself (:func:`out_resize_warning` gives the warning).
 
     Raises:
-        TypeError, ReferenceRejectsError, UnsupportedFeatureError, MmaemuError: see the module doc.
+        TypeError, ReferenceRejectsError, UnsupportedFeatureError, MmaemuError, ValueError,
+        RuntimeError: see the module doc.
     """
     _check_types(mat1, mat2, scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum, out)
+    if out is not None and out.requires_grad and out.is_leaf and torch.is_grad_enabled():
+        raise _reject(OUT_REQUIRES_GRAD_MESSAGE)  # torch's autograd layer, before the kernel's checks
     _check_devices([("out", out), ("self", mat1), ("mat2", mat2), ("scale_a", scale_a), ("scale_b", scale_b),
                     ("bias", bias), ("scale_result", scale_result)])
+    _check_not_meta(mat1)
     if mat1.dim() != 2:
         raise _reject("mat1 must be a matrix")
     if mat2.dim() != 2:
@@ -283,20 +390,13 @@ def check_call(
                 f"but got {scalar_type_name(bias.dtype)}"
             )
     out_resized = out is not None and tuple(out.shape) != (m, n)
-    if out is not None and out_resized:
-        if out.numel() != 0:
-            warnings.warn(
-                f"An output with one or more elements was resized since it had shape {list(out.shape)}, which does "
-                f"not match the required output shape {[m, n]}. This behavior is deprecated, and in a future PyTorch "
-                "release outputs will not be resized unless they have zero elements. You can explicitly reuse an "
-                "out tensor t by resizing it, inplace, to zero elements with t.resize_(0).",
-                UserWarning,
-                stacklevel=4,
-            )
-        if resize_out:
-            out.resize_(m, n)
+    read = [("mat1", mat1), ("mat2", mat2), ("scale_a", scale_a), ("scale_b", scale_b), ("bias", bias),
+            ("scale_result", scale_result)]
+    _check_out_overlap(out, (m, n), read)  # where torch would resize out: before every later refusal
     empty = m == 0 or n == 0 or k == 0
     if empty:
+        if resize_out:
+            resize_out_like_torch(out, m, n)
         return _checked(m, n, k, mat1, mat2, result_dtype, use_fast_accum, empty=True)
     if scaling is ScalingType.ROW_WISE:
         if result_dtype != torch.bfloat16:
@@ -337,7 +437,7 @@ def check_call(
         raise UnsupportedFeatureError("bias is not modelled: the fused-bias epilogue has no hardware recording")
     if torch.is_grad_enabled():
         grads = [name for name, t in (("mat1", mat1), ("mat2", mat2), ("scale_a", scale_a), ("scale_b", scale_b),
-                                      ("scale_result", scale_result)) if t is not None and t.requires_grad]
+                                      ("scale_result", scale_result), ("out", out)) if t is not None and t.requires_grad]
         if grads:
             raise UnsupportedFeatureError(
                 f"{', '.join(grads)} require grad with grad mode on: mmaemu is inference-only (no autograd); "
@@ -347,9 +447,36 @@ def check_call(
         check_cpu_subnormals()
     if out is not None and not out_resized and not _out_layout_ok(out):
         raise UnsupportedFeatureError(
-            "out= with this layout: torch 2.7.1 would compute into a contiguous copy and leave out unchanged"
+            "out= with this layout: torch 2.7.1 would compute into a contiguous copy and leave out unchanged; "
+            "pass a dense out (or a row- or column-major padded one), or no out"
         )
+    if resize_out:
+        resize_out_like_torch(out, m, n)
     return _checked(m, n, k, mat1, mat2, result_dtype, use_fast_accum, empty=False)
+
+
+def resize_out_like_torch(out: torch.Tensor | None, m: int, n: int, *, warn: bool = True) -> None:
+    """Resize ``out`` to ``[m, n]`` as torch does; no-op when it already has that shape.
+
+    Works on an ``out`` that requires grad (torch resizes it below autograd, e.g. under
+    ``torch.no_grad()``). Call it only once the call can no longer be refused.
+
+    Args:
+        out: the ``out=`` tensor, or None.
+        m, n: the result's shape.
+        warn: emit torch's UserWarning (:func:`out_resize_warning`) when a non-empty ``out`` changes shape.
+    """
+    if out is None or tuple(out.shape) == (m, n):
+        return
+    message = out_resize_warning(out, m, n) if warn else None
+    if message is not None:
+        warnings.warn(message, UserWarning, stacklevel=4)
+    with torch.no_grad():
+        if out.requires_grad:  # torch resizes below autograd; Tensor.resize_ refuses tensors requiring grad
+            with torch._C._AutoDispatchBelowAutograd():
+                out.resize_(m, n)
+        else:
+            out.resize_(m, n)
 
 
 def _bare_check(condition: str) -> str:
