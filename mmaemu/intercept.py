@@ -217,6 +217,7 @@ class emulate:  # noqa: N801 - used like a function: ``with mmaemu.emulate(...) 
 
     Raises:
         ValueError: an invalid profile, backend, splitk or fallback (at construction).
+        TypeError: a profile or backend of the wrong type (at construction).
 
     Example:
         >>> import torch, mmaemu
@@ -245,6 +246,9 @@ class emulate:  # noqa: N801 - used like a function: ``with mmaemu.emulate(...) 
                 )
             splitk = SplitK.parse(splitk)
         self.splitk: SplitKArg | str = splitk
+        if not isinstance(backend, str):
+            accepted = ", ".join(repr(b.value) for b in Backend)
+            raise TypeError(f"backend must be a string, not {type(backend).__name__}: pass one of {accepted}")
         try:
             Backend(backend)
         except ValueError:

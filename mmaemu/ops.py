@@ -29,6 +29,7 @@ import torch
 
 from . import call
 from .accumulation import SplitK, SplitKArg
+from .backends import Backend
 from .errors import ReferenceRejectsError, UnsupportedFeatureError
 from .platform import PROFILES, Profile
 
@@ -84,9 +85,24 @@ def _profile_name(profile: str | Profile | None) -> str:
         if PROFILES.get(profile.name) is not profile:
             raise ValueError(f"profile {profile.name!r} is not a registered profile; the operator takes registered names")
         return profile.name
-    if not isinstance(profile, str) or not profile:
+    if not isinstance(profile, str):
+        raise TypeError(
+            f"profile must be a profile name (str), a registered Profile or None, not {type(profile).__name__}"
+        )
+    if not profile:
         raise ValueError(f"profile={profile!r}: pass a profile name, a registered Profile or None")
     return profile
+
+
+def _check_arguments(use_fast_accum: object, backend: object) -> None:
+    """What the operator's schema would coerce or reject with a schema error: TypeError as scaled_mm raises."""
+    if not isinstance(use_fast_accum, bool):  # the schema would turn 1 into True
+        raise TypeError(
+            f"_scaled_mm(): argument 'use_fast_accum' (position 8) must be bool, not {type(use_fast_accum).__name__}"
+        )
+    if not isinstance(backend, str):
+        accepted = ", ".join(repr(b.value) for b in Backend)
+        raise TypeError(f"backend must be a string, not {type(backend).__name__}: pass one of {accepted}")
 
 
 # torch.library infers the schema from these annotations (typing.Optional: torch 2.4+ reads it).
@@ -175,6 +191,8 @@ def scaled_mm(
 
     Raises:
         ValueError: an invalid ``splitk``, or a ``Profile`` object that is not registered.
+        TypeError: a non-bool ``use_fast_accum`` (the schema would coerce ``1`` to True), a
+            ``backend`` or ``profile`` of the wrong type.
         UnsupportedFeatureError: inputs requiring grad in grad mode; and, when the operator runs,
             everything :func:`mmaemu.scaled_mm` raises.
 
@@ -191,6 +209,7 @@ def scaled_mm(
         >>> torch.ops.mmaemu.scaled_mm.default._schema.name
         'mmaemu::scaled_mm'
     """
+    _check_arguments(use_fast_accum, backend)
     if torch.is_grad_enabled():
         named = (("mat1", mat1), ("mat2", mat2), ("scale_a", scale_a), ("scale_b", scale_b), ("scale_result", scale_result))
         grads = [name for name, t in named if isinstance(t, torch.Tensor) and t.requires_grad]
