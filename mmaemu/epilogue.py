@@ -17,9 +17,13 @@ from __future__ import annotations
 
 import torch
 
-from .formats import bits_of, out_format_of
+from . import checks
+from .formats import OutFormat, bits_of, out_format_of
 
 __all__ = ["epilogue", "canonicalize_nan"]
+
+_OUT_FORMATS = {f.dtype for f in OutFormat}
+_OUT_DTYPES = ", ".join(str(f.dtype) for f in OutFormat)
 
 
 def canonicalize_nan(out: torch.Tensor, nan: torch.Tensor) -> torch.Tensor:
@@ -31,13 +35,19 @@ def canonicalize_nan(out: torch.Tensor, nan: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def _scalar_fp32(x: torch.Tensor | float, name: str, device: torch.device) -> torch.Tensor:
-    t = torch.as_tensor(x)
-    if t.numel() != 1:
-        raise ValueError(f"{name} must have exactly one element (tensor-wise scaling), got shape {tuple(t.shape)}")
-    if t.dtype != torch.float32:
-        raise TypeError(f"{name} must be a float32 tensor, got {t.dtype}")
-    return t.reshape(()).to(device)
+def _scalar_fp32(x: object, name: str, device: torch.device) -> torch.Tensor:
+    """A one-element fp32 tensor scale as a 0-dim tensor on ``device`` (moving it is exact)."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(
+            f"{name} must be a float32 torch.Tensor with one element, as torch._scaled_mm takes it, got "
+            f"{type(x).__name__}; pass torch.tensor(value, dtype=torch.float32) (a Python float is not "
+            "accepted: its rounding to fp32 would be implicit)"
+        )
+    if x.numel() != 1:
+        raise ValueError(f"{name} must have exactly one element (tensor-wise scaling), got shape {tuple(x.shape)}")
+    if x.dtype != torch.float32:
+        raise TypeError(f"{name} must be a float32 tensor, got {x.dtype}; convert it first if the conversion is exact")
+    return x.detach().reshape(()).to(device)
 
 
 def epilogue(
@@ -55,15 +65,25 @@ def epilogue(
 
     Args:
         acc: fp32 accumulator of any shape (for example from :func:`mmaemu.accumulate`).
-        scale_a: fp32 tensor with one element.
+        scale_a: fp32 tensor with one element (any shape; moved to ``acc``'s device).
         scale_b: fp32 tensor with one element.
         out_dtype: ``torch.float32``, ``bfloat16``, ``float16``, ``float8_e4m3fn`` or ``float8_e5m2``.
         scale_result: fp32 tensor with one element, applied for FP8 outputs only (ignored for the
-            others, as by cuBLASLt's D scale).
+            others, as by cuBLASLt's D scale, but checked for every output as torch checks it).
 
     Returns:
-        A tensor of ``acc``'s shape and ``out_dtype`` on ``acc``'s device. NaN inputs (or
-        ``inf * 0``) give the canonical NaN of ``out_dtype``; -0 accumulators give +0.
+        A tensor of ``acc``'s shape and ``out_dtype`` on ``acc``'s device. NaN accumulators or
+        scales (and ``inf * 0``) give the canonical NaN of ``out_dtype``; an exactly-zero product
+        (-0 accumulators included) gives +0, while a nonzero product that rounds to zero keeps its
+        sign; infinities stay infinite for fp32, bf16 and fp16 outputs (as do overflows) and
+        saturate to +-max for FP8 outputs.
+
+    Raises:
+        TypeError: ``acc`` is not a float32 tensor, or a scale is not a float32 tensor (Python
+            numbers are refused: pass ``torch.tensor(x, dtype=torch.float32)``).
+        ValueError: a scale with more than one element, or an ``out_dtype`` no FP8 GEMM produces.
+        MmaemuError: ``acc`` is on the CPU and the CPU flushes subnormals to zero (for example
+            after ``torch.set_flush_denormal(True)``), which would change the rounding to fp32.
 
     Example:
         >>> import torch, mmaemu
@@ -71,12 +91,20 @@ def epilogue(
         >>> mmaemu.epilogue(acc, torch.tensor(1.0), torch.tensor(0.5), out_dtype=torch.bfloat16)
         tensor([0.0000, 0.5000, 1.5000], dtype=torch.bfloat16)
     """
-    fmt = out_format_of(out_dtype)
+    if not isinstance(acc, torch.Tensor):
+        raise TypeError(f"acc must be a float32 torch.Tensor, got {type(acc).__name__}")
     if acc.dtype != torch.float32:
-        raise TypeError(f"acc must be float32, got {acc.dtype}")
+        raise TypeError(f"acc must be float32 (the fp32 accumulator), got {acc.dtype}")
+    if not isinstance(out_dtype, torch.dtype) or out_dtype not in _OUT_FORMATS:
+        raise ValueError(f"out_dtype={out_dtype!r} is not an output dtype of an FP8 GEMM; accepted: {_OUT_DTYPES}")
+    fmt = out_format_of(out_dtype)
     device = acc.device
     sa = _scalar_fp32(scale_a, "scale_a", device).to(torch.float64)
     sb = _scalar_fp32(scale_b, "scale_b", device).to(torch.float64)
+    # checked for every output dtype, as torch checks it, though only FP8 outputs use it
+    sr = None if scale_result is None else _scalar_fp32(scale_result, "scale_result", device).to(torch.float64)
+    if device.type == "cpu":
+        checks.check_cpu_subnormals()  # MmaemuError under flush-to-zero: the fp32 rounding needs subnormals
     alpha = (sa * sb).to(torch.float32)  # exact product, one rounding to fp32
     # fma(acc, alpha, +0): the float64 product is exact (24 x 24 bits, no float64 underflow);
     # adding +0.0 turns only an exactly-zero product into +0; then one rounding to fp32.
@@ -84,8 +112,7 @@ def epilogue(
     nan = torch.isnan(y)
     fp8 = fmt.fp8
     if fp8 is not None:
-        if scale_result is not None:
-            sr = _scalar_fp32(scale_result, "scale_result", device).to(torch.float64)
+        if sr is not None:
             y = (y.to(torch.float64) * sr).to(torch.float32)
             nan = torch.isnan(y)
         limit = fp8.max_finite

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 import torch
 
+from . import checks
 from .errors import ExperimentalPresetWarning, UnsupportedFeatureError
 from .formats import EXPONENT_OF_ZERO, FP32_CANONICAL_NAN, decode_fp8, fp8_nan_rows, fp32_exponent, from_bits
 
@@ -293,7 +294,28 @@ def block_fma(
     Returns:
         fp32 tensor of ``c``'s shape. Exact zero results are +0; NaN results are the canonical
         fp32 NaN; a finite sum of magnitude 2**128 or more is +-Inf [open: never recorded].
+
+    Raises:
+        TypeError: ``c`` is not a float32 tensor.
+        MmaemuError: ``c`` is on the CPU and the CPU flushes subnormals to zero (for example
+            after ``torch.set_flush_denormal(True)``): subnormal accumulators would be lost.
     """
+    if not isinstance(c, torch.Tensor) or c.dtype != torch.float32:
+        raise TypeError(f"c must be a float32 tensor, got {c.dtype if isinstance(c, torch.Tensor) else type(c).__name__}")
+    if c.device.type == "cpu":
+        checks.check_cpu_subnormals()
+    return _block_fma(c, a, b, preset, has_inf=has_inf)
+
+
+def _block_fma(
+    c: torch.Tensor,
+    a: BlockOperands,
+    b: BlockOperands,
+    preset: Preset,
+    *,
+    has_inf: bool = True,
+) -> torch.Tensor:
+    """:func:`block_fma` without its checks (:func:`chain`'s callers make them once per call)."""
     frac = preset.frac_bits
     aligned = preset.c_mode is CMode.ALIGNED
     # Step 1-2: product exponents and the block maximum over nonzero products.
@@ -375,13 +397,78 @@ def chain(
 ) -> torch.Tensor:
     """Blocks of ``preset.block_size`` over the whole last dimension, in order, from ``c``.
 
-    The last block is zero-padded (a shorter block). NaN codes are the caller's business.
+    The last block is zero-padded (a shorter block). NaN codes are the caller's business, and so
+    are the checks of :func:`dot` (fp32 ``c``, equal K, no flush-to-zero on the CPU): this is the
+    backends' inner loop, run after those checks.
     """
     k = max(a.value.shape[-1], b.value.shape[-1])
     step = preset.block_size
     for start in range(0, k, step):
-        c = block_fma(c, a.k_slice(start, start + step), b.k_slice(start, start + step), preset, has_inf=has_inf)
+        c = _block_fma(c, a.k_slice(start, start + step), b.k_slice(start, start + step), preset, has_inf=has_inf)
     return c
+
+
+_FP8_INPUTS = (torch.float8_e4m3fn, torch.float8_e5m2)
+
+
+def _dot_operand(x: object, name: str) -> torch.Tensor:
+    """``x`` if it is an FP8 operand vector (or batch of them) that :func:`dot` accepts."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(
+            f"{name} must be a torch.Tensor of FP8 codes (float8_e4m3fn or float8_e5m2), got {type(x).__name__}"
+        )
+    if x.dtype not in _FP8_INPUTS:
+        raise ValueError(
+            f"{name} must be float8_e4m3fn or float8_e5m2, got {x.dtype}; quantise it first, for example with "
+            "x.to(torch.float8_e4m3fn) or mmaemu.quantization.quantize"
+        )
+    if x.dim() == 0:
+        raise ValueError(
+            f"{name} is 0-dimensional: dot reduces over the last dimension, so operands are [..., K] "
+            "(use x.reshape(1) for a single product)"
+        )
+    return x
+
+
+def _dot_batch(a: torch.Tensor, b: torch.Tensor, c: object) -> torch.Size:
+    """The batch shape of ``dot(a, b, c)``; ValueError/TypeError for anything it does not accept."""
+    if a.shape[-1] != b.shape[-1]:
+        raise ValueError(
+            f"a and b must have the same length K in their last dimension, got a {tuple(a.shape)} and "
+            f"b {tuple(b.shape)} (dot does not broadcast along K)"
+        )
+    try:
+        batch = torch.broadcast_shapes(a.shape[:-1], b.shape[:-1])
+    except RuntimeError:
+        raise ValueError(
+            f"the batch shapes of a {tuple(a.shape[:-1])} and b {tuple(b.shape[:-1])} do not broadcast"
+        ) from None
+    if b.device != a.device:
+        raise ValueError(f"a and b must be on the same device, got {a.device} and {b.device}")
+    if c is None:
+        return batch
+    if not isinstance(c, torch.Tensor):
+        raise TypeError(
+            f"c must be a float32 tensor or None (+0), got {type(c).__name__}; pass "
+            "torch.tensor(value, dtype=torch.float32)"
+        )
+    if c.dtype != torch.float32:
+        raise ValueError(
+            f"c must be float32 (the fp32 accumulator), got {c.dtype}; convert it with c.to(torch.float32) "
+            "where that conversion is what you mean"
+        )
+    if c.device != a.device:
+        raise ValueError(f"c must be on the operands' device {a.device}, got {c.device}")
+    try:
+        fits = torch.broadcast_shapes(c.shape, batch) == batch
+    except RuntimeError:
+        fits = False
+    if not fits:
+        raise ValueError(
+            f"c of shape {tuple(c.shape)} does not broadcast to the batch shape {tuple(batch)} of a and b "
+            "(the output has the batch shape; c may not enlarge it)"
+        )
+    return batch
 
 
 def dot(
@@ -394,17 +481,30 @@ def dot(
     """The chained block FMA of a tensor-core instruction, over the last dimension.
 
     Args:
-        a: FP8 operands ``[..., K]`` (``float8_e4m3fn`` or ``float8_e5m2``).
-        b: FP8 operands ``[..., K]``, broadcastable with ``a``; any format pair is accepted.
-        c: fp32 accumulator, broadcastable to the batch shape; default +0.
+        a: FP8 operands ``[..., K]`` (``float8_e4m3fn`` or ``float8_e5m2``), at least 1-D.
+        b: FP8 operands ``[..., K]`` with the same K; batch dimensions broadcastable with
+            ``a``'s; any format pair is accepted.
+        c: fp32 accumulator tensor, broadcastable to the batch shape (a 0-d tensor for one
+            vector), on the operands' device; default (None) +0.
         preset: a shipped preset name (``"hopper"``, ``"ada"``, ``"b200_mma_sync"``) or a
             custom :class:`Preset`.
 
     Returns:
         fp32 tensor of the batch shape. A NaN code anywhere in ``a[..., :]`` or ``b[..., :]``
         gives the canonical NaN 0x7FFFFFFF; Inf inputs follow IEEE (``inf * 0`` and opposite
-        infinities give NaN); exact zero results are +0 (so ``c = -0`` with zero products
-        returns +0). K = 0 returns ``c`` unchanged.
+        infinities give NaN); a NaN ``c`` gives the canonical NaN and an infinite ``c`` stays
+        infinite unless an opposite infinity meets it; exact zero results are +0 (so ``c = -0``
+        with zero products returns +0). K = 0 returns ``c`` unchanged (-0 and NaN payloads included).
+
+    Raises:
+        TypeError: ``a`` or ``b`` is not a tensor, or ``c`` is neither a tensor nor None (a
+            Python float is refused: pass ``torch.tensor(x, dtype=torch.float32)``).
+        ValueError: an operand that is not FP8 or is 0-dimensional, different K in ``a`` and
+            ``b``, batch shapes that do not broadcast, a ``c`` that is not float32 or does not
+            broadcast to the batch shape, or tensors on different devices.
+        MmaemuError: the operands are on the CPU and the CPU flushes subnormals to zero (for
+            example after ``torch.set_flush_denormal(True)``).
+        KeyError, UnsupportedFeatureError: an unknown or unmodelled preset (:func:`get_preset`).
 
     Example:
         >>> import torch, mmaemu
@@ -414,13 +514,17 @@ def dot(
         >>> mmaemu.model.dot(a, b, c, preset="hopper").item()  # each product truncates away
         1.0
     """
+    a = _dot_operand(a, "a")
+    b = _dot_operand(b, "b")
+    batch = _dot_batch(a, b, c)
     resolved = get_preset(preset)
+    if a.device.type == "cpu":
+        checks.check_cpu_subnormals()
     a_ops, b_ops = BlockOperands.of(a), BlockOperands.of(b)
-    batch = torch.broadcast_shapes(a.shape[:-1], b.shape[:-1])
     if c is None:
         acc = torch.zeros(batch, dtype=torch.float32, device=a.device)
     else:
-        acc = c.to(torch.float32).expand(batch).clone()
+        acc = c.expand(batch).clone()
     has_inf = bool(a_ops.is_inf.any() or b_ops.is_inf.any())
     acc = chain(a_ops, b_ops, acc, resolved, has_inf=has_inf)
     nan = fp8_nan_rows(a) | fp8_nan_rows(b)
