@@ -10,26 +10,87 @@ from __future__ import annotations
 
 from typing import Any
 
+import math
+import numbers
+
 import torch
 
 from . import ops
 from .accumulation import SplitK, SplitKArg
+from .backends import Backend, resolve_backend
 from .errors import UnsupportedFeatureError
-from .formats import fp8_format_of
+from .formats import OutFormat, fp8_format_of
 from .platform import Profile, get_profile
 from .quantization import ScalingRecipe, current_scale, quantize, reciprocal_scale
 
 __all__ = ["EmulatedFP8Linear"]
 
 _FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
+#: activation and float weight dtypes: Transformer Engine's (it casts nothing else to FP8).
+_FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+_OUT_DTYPES = tuple(f.dtype for f in OutFormat)
 
 
-def _scalar(value: torch.Tensor | float, name: str) -> torch.Tensor:
+def _names(dtypes: tuple[torch.dtype, ...]) -> str:
+    return ", ".join(str(d).replace("torch.", "") for d in dtypes)
+
+
+def _scalar(value: object, name: str) -> torch.Tensor:
+    """A positive finite tensor-wise scale as a 0-dim fp32 tensor (rounded to nearest even)."""
     if isinstance(value, torch.Tensor):
         if value.numel() != 1:
             raise ValueError(f"{name} must have one element (a tensor-wise scale), got shape {tuple(value.shape)}")
-        return value.detach().to(torch.float32).reshape(()).clone()
-    return torch.tensor(float(value), dtype=torch.float32)
+        if value.dtype == torch.bool or value.is_complex():
+            raise TypeError(f"{name} must be a real number or a real tensor, got a {value.dtype} tensor")
+        scale = value.detach().to(torch.float32).reshape(()).clone()
+    elif isinstance(value, numbers.Real) and not isinstance(value, bool):
+        scale = torch.tensor(float(value), dtype=torch.float32)
+    else:
+        raise TypeError(f"{name} must be a one-element tensor or a real number, got {type(value).__name__}")
+    as_float = float(scale)
+    if not (math.isfinite(as_float) and as_float > 0):
+        raise ValueError(
+            f"{name}={as_float!r} (in fp32): a quantisation scale must be positive and finite, as Transformer "
+            "Engine's always are (its scale update keeps the previous scale rather than produce 0, Inf or NaN)"
+        )
+    return scale
+
+
+def _check_inverse(scale_inv: torch.Tensor, name: str) -> None:
+    """A positive scale whose reciprocal overflows fp32 (below about 2**-128) is no TE scale either."""
+    if not bool(torch.isfinite(scale_inv)):
+        raise ValueError(
+            f"{name} = 1 / scale is {float(scale_inv)} in fp32: the scale is too small for its reciprocal to be "
+            "finite (Transformer Engine's scales are at least fp8_max / FP32_MAX)"
+        )
+
+
+def _backend_name(backend: object) -> str:
+    """The ``backend=`` string the operator takes, validated now (which backend ``"auto"`` picks
+    depends on the device of each call, so it is not resolved here)."""
+    if isinstance(backend, Backend):
+        return backend.value
+    if not isinstance(backend, str):
+        raise TypeError(f"backend must be a backend name or a mmaemu.backends.Backend, got {type(backend).__name__}")
+    resolve_backend(backend, torch.device("meta"))  # ValueError listing the names; "meta" probes no device
+    return backend
+
+
+def _profile_name(profile: object) -> str:
+    """The registered name of ``profile``: the layer hands the operator a name, so a Profile object
+    must be the one registered under its name (else another profile's bits would be used)."""
+    found = get_profile(profile)  # type: ignore[arg-type]  # ValueError/KeyError for anything else
+    if isinstance(profile, Profile):
+        try:
+            registered: Profile | None = get_profile(profile.name, warn=False)
+        except (KeyError, ValueError):
+            registered = None
+        if registered is not profile:
+            raise ValueError(
+                f"profile {profile.name!r} is not the profile registered under that name; register it with "
+                "mmaemu.platform.register_profile(profile) and pass it (or its name) again"
+            )
+    return found.name
 
 
 class EmulatedFP8Linear(torch.nn.Module):
@@ -60,8 +121,9 @@ class EmulatedFP8Linear(torch.nn.Module):
     ``input_scale`` is absent under current scaling).
 
     Args:
-        weight: ``[N, K]``: an FP8 tensor (already quantised) or a float tensor (quantised here
-            with ``weight_scale``, as TE casts its weight).
+        weight: ``[N, K]``: an FP8 tensor (``float8_e4m3fn`` or ``float8_e5m2``, already
+            quantised) or a bf16, fp16 or fp32 tensor (quantised here to E4M3 with
+            ``weight_scale``, as TE casts its weight).
         weight_scale: the weight's quantisation scale (TE's ``scale``); ``weight_scale_inv =
             fp32(1 / weight_scale)``. Required for a float weight; for an FP8 weight pass this or
             ``weight_scale_inv``.
@@ -69,21 +131,33 @@ class EmulatedFP8Linear(torch.nn.Module):
             scaling.
         weight_scale_inv: the FP8 weight's dequantisation scale, as ``torch._scaled_mm`` takes it.
         input_dtype: FP8 format of the activation (default E4M3, TE's forward format).
-        out_dtype: output dtype, or None for the input's dtype.
-        use_fast_accum: as ``torch._scaled_mm`` (default True, as TE's forward GEMM).
-        profile: reference platform (default ``"hopper-te"``).
+        out_dtype: ``float32``, ``bfloat16``, ``float16``, ``float8_e4m3fn``, ``float8_e5m2``, or
+            None for the input's dtype.
+        use_fast_accum: a bool, as ``torch._scaled_mm`` (default True, as TE's forward GEMM).
+        profile: a registered profile's name or the registered :class:`~mmaemu.Profile` itself
+            (default ``"hopper-te"``).
         splitk: ``"auto"``, ``1`` or ``(S, scheme)``, as :func:`mmaemu.scaled_mm`.
-        backend: ``"auto"``, ``"reference"`` or ``"cpu"``.
+        backend: ``"auto"``, ``"reference"``, ``"cpu"`` or ``"triton"`` (or a
+            :class:`mmaemu.backends.Backend`); its availability is checked at each call.
+
+    Scales are tensors with one element or Python real numbers, rounded to fp32 (to nearest
+    even) as TE stores them; they must be positive and finite, as TE's always are, and so must
+    their fp32 reciprocals.
 
     NaN, Inf and -0: an Inf input saturates to +-max like any overflow, a NaN input stays NaN and
     makes its output row the canonical NaN (as on the GPU), -0 inputs quantise to -0 and exact
     zero outputs are +0.
 
-    Raises (at construction): ValueError for a weight that is not 2-D, scales with more than one
-    element, a missing scale, an invalid profile, splitk or dtype. At each call, what
-    :func:`mmaemu.scaled_mm` raises: ``ReferenceRejectsError`` when K or N is not a multiple of
-    16, ``SplitKUnknownError``, and ``UnsupportedFeatureError`` for an input requiring grad with
-    grad mode on (run under ``torch.inference_mode()``).
+    Raises (at construction): ValueError for a weight that is not 2-D or of another dtype,
+    scales with more than one element, a missing scale, a scale that is zero, negative, infinite
+    or NaN, an invalid profile, splitk, backend, input or output dtype, and dtype combinations
+    torch or the reference cuBLASLt refuses (E5M2 x E5M2; E4M3 x E4M3 -> E5M2); TypeError for a
+    non-bool ``use_fast_accum`` and arguments of the wrong type; MmaemuError when a float weight
+    is quantised on a CPU that flushes subnormals to zero. At each call: TypeError for an
+    activation that is not bf16, fp16 or fp32, and what :func:`mmaemu.scaled_mm` raises:
+    ``ReferenceRejectsError`` when K or N is not a multiple of 16, ``SplitKUnknownError``,
+    ``BackendUnavailableError``, and ``UnsupportedFeatureError`` for an input requiring grad
+    with grad mode on (run under ``torch.inference_mode()``).
 
     Example:
         >>> import torch, mmaemu
@@ -117,9 +191,37 @@ class EmulatedFP8Linear(torch.nn.Module):
         backend: str = "auto",
     ) -> None:
         super().__init__()
-        if not isinstance(weight, torch.Tensor) or weight.dim() != 2:
-            raise ValueError("weight must be a 2-D [N, K] tensor")
-        fp8_format_of(input_dtype)  # ValueError for a non-FP8 input dtype
+        if not isinstance(weight, torch.Tensor):
+            raise TypeError(f"weight must be a 2-D [N, K] torch.Tensor, got {type(weight).__name__}")
+        if torch.nn.parameter.is_lazy(weight):
+            raise ValueError("weight is an uninitialised lazy parameter: run the module once to initialise it")
+        if weight.dim() != 2:
+            raise ValueError(f"weight must be a 2-D [N, K] tensor, got shape {tuple(weight.shape)}")
+        if weight.dtype not in _FP8_DTYPES and weight.dtype not in _FLOAT_DTYPES:
+            raise ValueError(
+                f"weight of dtype {weight.dtype}: pass an FP8 weight ({_names(_FP8_DTYPES)}) with its scale, or a "
+                f"{_names(_FLOAT_DTYPES)} weight to quantise (Transformer Engine's weight types); convert other "
+                "types yourself if that conversion is what the reference run did"
+            )
+        if not isinstance(input_dtype, torch.dtype) or input_dtype not in _FP8_DTYPES:
+            raise ValueError(f"input_dtype={input_dtype!r}: accepted: {_names(_FP8_DTYPES)}")
+        fp8_format_of(input_dtype)
+        if out_dtype is not None and (not isinstance(out_dtype, torch.dtype) or out_dtype not in _OUT_DTYPES):
+            raise ValueError(f"out_dtype={out_dtype!r}: accepted: None (the input's dtype) or {_names(_OUT_DTYPES)}")
+        if not isinstance(use_fast_accum, bool):
+            raise TypeError(f"use_fast_accum must be a bool, got {type(use_fast_accum).__name__}")
+        profile_name = _profile_name(profile)
+        split = splitk if isinstance(splitk, str) else SplitK.parse(splitk)
+        ops.encode_splitk(split)  # ValueError for an invalid splitk, now rather than at the first call
+        backend_name = _backend_name(backend)
+        weight_dtype = weight.dtype if weight.dtype in _FP8_DTYPES else torch.float8_e4m3fn
+        if input_dtype == torch.float8_e5m2 and weight_dtype == torch.float8_e5m2:
+            raise ValueError("input_dtype and the FP8 weight are both float8_e5m2: torch._scaled_mm refuses two E5M2 operands")
+        if out_dtype == torch.float8_e5m2 and input_dtype == weight_dtype == torch.float8_e4m3fn:
+            raise ValueError(
+                "out_dtype=float8_e5m2 with E4M3 input and weight: the reference cuBLASLt has no such kernel "
+                "(CUBLAS_STATUS_NOT_SUPPORTED)"
+            )
         if weight.dtype in _FP8_DTYPES:
             if (weight_scale is None) == (weight_scale_inv is None):
                 raise ValueError("an FP8 weight needs exactly one of weight_scale and weight_scale_inv")
@@ -135,6 +237,7 @@ class EmulatedFP8Linear(torch.nn.Module):
             ws = _scalar(weight_scale, "weight_scale")
             wq = quantize(weight.detach(), ws, torch.float8_e4m3fn)
             scale_inv = reciprocal_scale(ws)
+        _check_inverse(scale_inv, "weight_scale_inv")
         self.register_buffer("weight", wq)
         self.register_buffer("weight_scale_inv", scale_inv.to(wq.device))
         if input_scale is None:
@@ -144,15 +247,16 @@ class EmulatedFP8Linear(torch.nn.Module):
         else:
             self.recipe = ScalingRecipe.DELAYED
             s = _scalar(input_scale, "input_scale").to(wq.device)
+            s_inv = reciprocal_scale(s)
+            _check_inverse(s_inv, "input_scale_inv")
             self.register_buffer("input_scale", s)
-            self.register_buffer("input_scale_inv", reciprocal_scale(s))
+            self.register_buffer("input_scale_inv", s_inv)
         self.input_dtype = input_dtype
         self.out_dtype = out_dtype
-        self.use_fast_accum = bool(use_fast_accum)
-        self.profile = get_profile(profile).name
-        self.splitk = splitk if isinstance(splitk, str) else SplitK.parse(splitk)
-        ops.encode_splitk(self.splitk)  # ValueError for an invalid splitk, now rather than at the first call
-        self.backend = backend
+        self.use_fast_accum = use_fast_accum
+        self.profile = profile_name
+        self.splitk = split
+        self.backend = backend_name
 
     @property
     def in_features(self) -> int:
@@ -180,6 +284,9 @@ class EmulatedFP8Linear(torch.nn.Module):
 
         Raises:
             UnsupportedFeatureError: the Linear has a bias (mmaemu does not model a fused bias).
+            TypeError: ``linear`` is not a module with a tensor ``weight``.
+            ValueError: an uninitialised lazy weight, a weight that is not 2-D, and what the
+                constructor raises.
 
         Example:
             >>> import torch
@@ -188,12 +295,29 @@ class EmulatedFP8Linear(torch.nn.Module):
             >>> EmulatedFP8Linear.from_linear(lin, weight_scale=64.0, input_scale=1.0)
             EmulatedFP8Linear(in_features=1024, out_features=64, input=float8_e4m3fn, recipe=delayed, profile='hopper-te', splitk='auto')
         """
+        weight = getattr(linear, "weight", None)
+        if not isinstance(linear, torch.nn.Module):
+            raise TypeError(
+                f"from_linear takes a torch.nn.Linear (or a module with a [N, K] tensor weight), got {type(linear).__name__}"
+            )
+        if not isinstance(weight, torch.Tensor):
+            raise TypeError(
+                f"the {type(linear).__name__} has no tensor weight: from_linear takes a torch.nn.Linear (or a module "
+                "with a [N, K] tensor weight)"
+            )
+        if torch.nn.parameter.is_lazy(weight):
+            raise ValueError(f"the {type(linear).__name__}'s weight is uninitialised (lazy): run the module once first")
+        if weight.dim() != 2:
+            raise ValueError(
+                f"the {type(linear).__name__}'s weight has shape {tuple(weight.shape)}: from_linear needs a 2-D "
+                "[N, K] weight (a Linear's); reshape a convolution's weight yourself if it is a matrix product"
+            )
         if getattr(linear, "bias", None) is not None:
             raise UnsupportedFeatureError(
                 "the Linear has a bias: mmaemu does not model a fused bias; build the layer from the weight and add "
                 "the bias afterwards if that is what the reference computes"
             )
-        return cls(linear.weight, weight_scale=weight_scale, input_scale=input_scale, **kwargs)
+        return cls(weight, weight_scale=weight_scale, input_scale=input_scale, **kwargs)
 
     def _apply(self, fn: Any, recurse: bool = True) -> EmulatedFP8Linear:
         """``.to(device)`` moves the buffers; a dtype conversion (``.half()``, ``.to(bf16)``) must not
@@ -214,9 +338,31 @@ class EmulatedFP8Linear(torch.nn.Module):
         return quantize(x, self.input_scale, self.input_dtype), self.input_scale_inv
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``[..., K]`` floating point -> ``[..., N]`` of ``out_dtype`` (default ``x.dtype``)."""
+        """``[..., K]`` bf16, fp16 or fp32 -> ``[..., N]`` of ``out_dtype`` (default ``x.dtype``).
+
+        NaN, Inf and -0 as in the class description: a NaN in a row makes that output row the
+        canonical NaN, infinities saturate to +-max when quantised, exact zero outputs are +0.
+
+        Raises:
+            TypeError: ``x`` is not a tensor, or not bf16, fp16 or fp32 (Transformer Engine's
+                activation types: an FP8 ``x`` is already quantised, an fp64 ``x`` would be
+                rounded to fp32 first, which no TE run does).
+            ValueError: a 0-dimensional ``x``.
+            MmaemuError: on the CPU, when the CPU flushes subnormals to zero.
+            ReferenceRejectsError, SplitKUnknownError, UnsupportedFeatureError: as
+                :func:`mmaemu.scaled_mm` (for example a last dimension that is not K).
+        """
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"EmulatedFP8Linear takes a torch.Tensor, got {type(x).__name__}")
         if x.dtype in _FP8_DTYPES:
             raise TypeError("EmulatedFP8Linear quantises its input itself: pass the activation in bf16, fp16 or fp32")
+        if x.dtype not in _FLOAT_DTYPES:
+            raise TypeError(
+                f"EmulatedFP8Linear takes bf16, fp16 or fp32 activations (Transformer Engine's), got {x.dtype}; "
+                "convert it (for example x.float()) only if that conversion is what the reference run did"
+            )
+        if x.dim() == 0:
+            raise ValueError(f"EmulatedFP8Linear takes [..., K] activations (K = {self.in_features}), got a 0-d tensor")
         xq, x_scale_inv = self.quantize_input(x)
         rows = xq.reshape(-1, x.shape[-1])
         y = ops.scaled_mm(

@@ -34,9 +34,11 @@ current scaling (not modelled: their defaults, 0 and off, are).
 from __future__ import annotations
 
 import enum
+import numbers
 
 import torch
 
+from . import checks
 from .formats import Fp8Format, fp8_format_of
 
 __all__ = ["ScalingRecipe", "quantize", "reciprocal_scale", "scale_from_amax", "current_scale", "FP32_MAX"]
@@ -56,12 +58,28 @@ def _format(dtype: torch.dtype | Fp8Format) -> Fp8Format:
     return dtype if isinstance(dtype, Fp8Format) else fp8_format_of(dtype)
 
 
-def _as_fp32_scale(scale: torch.Tensor | float, device: torch.device) -> torch.Tensor:
+def _as_fp32_scale(scale: object, device: torch.device, name: str = "scale") -> torch.Tensor:
+    """A one-element tensor or a real number as a 0-dim fp32 tensor on ``device`` (rounded to nearest even)."""
     if isinstance(scale, torch.Tensor):
         if scale.numel() != 1:
-            raise ValueError(f"a tensor-wise scale must have one element, got shape {tuple(scale.shape)}")
-        return scale.to(device=device, dtype=torch.float32).reshape(())
+            raise ValueError(f"{name} must have one element (tensor-wise), got shape {tuple(scale.shape)}")
+        if scale.dtype == torch.bool or scale.is_complex():
+            raise TypeError(f"{name} must be a real number or a real tensor, got a {scale.dtype} tensor")
+        return scale.detach().to(device=device, dtype=torch.float32).reshape(())
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+        raise TypeError(f"{name} must be a one-element tensor or a real number, got {type(scale).__name__}")
     return torch.tensor(float(scale), dtype=torch.float32, device=device)
+
+
+def _require_subnormals(device: torch.device) -> None:
+    """:func:`mmaemu.checks.check_cpu_subnormals` where this module's fp32 arithmetic runs on the CPU.
+
+    Skipped while ``torch.compile`` traces (the probe reads a value; it would break the graph):
+    the compiled :class:`~mmaemu.nn.EmulatedFP8Linear` still refuses, since its
+    ``mmaemu::scaled_mm`` operator probes in the same thread when it runs.
+    """
+    if device.type == "cpu" and not torch.compiler.is_compiling():
+        checks.check_cpu_subnormals()
 
 
 def quantize(x: torch.Tensor, scale: torch.Tensor | float, dtype: torch.dtype = torch.float8_e4m3fn) -> torch.Tensor:
@@ -80,7 +98,11 @@ def quantize(x: torch.Tensor, scale: torch.Tensor | float, dtype: torch.dtype = 
         verified against TE, and no GEMM output depends on it).
 
     Raises:
-        ValueError: a non-FP8 ``dtype`` or a scale with more than one element.
+        ValueError: a non-FP8 ``dtype``, a non-floating-point ``x`` or a scale with more than one
+            element.
+        TypeError: ``x`` is not a tensor, or ``scale`` is neither a tensor nor a real number.
+        MmaemuError: ``x`` is on the CPU and the CPU flushes subnormals to zero (for example
+            after ``torch.set_flush_denormal(True)``): subnormal inputs would be read as zero.
 
     Example:
         >>> import torch
@@ -92,9 +114,12 @@ def quantize(x: torch.Tensor, scale: torch.Tensor | float, dtype: torch.dtype = 
         [0.5, -1.5, 256.0, 57344.0, -0.0, 0.5]
     """
     fmt = _format(dtype)
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"quantize expects a floating-point torch.Tensor, got {type(x).__name__}")
     if not x.is_floating_point():
         raise ValueError(f"quantize expects a floating-point tensor, got {x.dtype}")
     s = _as_fp32_scale(scale, x.device)
+    _require_subnormals(x.device)
     scaled = x.to(torch.float32) * s
     return scaled.clamp(-fmt.max_finite, fmt.max_finite).to(fmt.dtype)
 
@@ -104,7 +129,12 @@ def reciprocal_scale(scale: torch.Tensor | float) -> torch.Tensor:
 
     Returns:
         A 0-dim fp32 tensor on ``scale``'s device (the CPU for a number). ``1 / +-0`` gives
-        +-Inf and ``1 / NaN`` NaN, as IEEE division.
+        +-Inf, ``1 / +-Inf`` +-0 and ``1 / NaN`` NaN, as IEEE division.
+
+    Raises:
+        ValueError: a tensor with more than one element.
+        TypeError: neither a tensor nor a real number.
+        MmaemuError: on the CPU, when the CPU flushes subnormals to zero (see :func:`quantize`).
 
     Example:
         >>> from mmaemu.quantization import reciprocal_scale
@@ -112,7 +142,9 @@ def reciprocal_scale(scale: torch.Tensor | float) -> torch.Tensor:
         tensor(0.0156)
     """
     device = scale.device if isinstance(scale, torch.Tensor) else torch.device("cpu")
-    return torch.reciprocal(_as_fp32_scale(scale, device))
+    s = _as_fp32_scale(scale, device)
+    _require_subnormals(device)
+    return torch.reciprocal(s)
 
 
 def scale_from_amax(
@@ -131,15 +163,27 @@ def scale_from_amax(
     Returns:
         A 0-dim fp32 tensor on ``amax``'s device.
 
+    Raises:
+        ValueError: ``amax`` or ``previous`` with more than one element (reduce the history
+            first), or a ``margin`` outside [-126, 127] (``2**margin`` must be a normal fp32).
+        TypeError: a ``margin`` that is not an int, or ``amax``/``previous`` neither a tensor nor
+            a real number.
+        MmaemuError: on the CPU, when the CPU flushes subnormals to zero (see :func:`quantize`).
+
     Example:
         >>> from mmaemu.quantization import scale_from_amax
         >>> scale_from_amax(7.0), scale_from_amax(7.0, margin=1), scale_from_amax(0.0, previous=3.0)
         (tensor(64.), tensor(32.), tensor(3.))
     """
     fmt = _format(dtype)
+    if isinstance(margin, bool) or not isinstance(margin, int):
+        raise TypeError(f"margin must be an int (TE's DelayedScaling.margin), got {type(margin).__name__}")
+    if not -126 <= margin <= 127:
+        raise ValueError(f"margin={margin}: 2**margin must be a normal fp32, so margin must lie in [-126, 127]")
     device = amax.device if isinstance(amax, torch.Tensor) else torch.device("cpu")
-    a = _as_fp32_scale(amax, device)
-    prev = _as_fp32_scale(previous, device)
+    a = _as_fp32_scale(amax, device, "amax")
+    prev = _as_fp32_scale(previous, device, "previous")
+    _require_subnormals(device)
     max_fp8 = torch.tensor(fmt.max_finite, dtype=torch.float32, device=device)
     scale = (max_fp8 / a) / torch.tensor(2.0**margin, dtype=torch.float32, device=device)
     scale = torch.where(torch.isfinite(a) & (a > 0), scale, prev)
@@ -157,6 +201,11 @@ def current_scale(x: torch.Tensor, dtype: torch.dtype = torch.float8_e4m3fn) -> 
     Returns:
         A 0-dim fp32 tensor on ``x``'s device.
 
+    Raises:
+        TypeError: ``x`` is not a tensor.
+        ValueError: ``x`` is not floating point, or a non-FP8 ``dtype``.
+        MmaemuError: on the CPU, when the CPU flushes subnormals to zero (see :func:`quantize`).
+
     Example:
         >>> import torch
         >>> from mmaemu.quantization import current_scale
@@ -166,8 +215,13 @@ def current_scale(x: torch.Tensor, dtype: torch.dtype = torch.float8_e4m3fn) -> 
         tensor(1.)
     """
     fmt = _format(dtype)
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"current_scale expects a floating-point torch.Tensor, got {type(x).__name__}")
+    if not x.is_floating_point():
+        raise ValueError(f"current_scale expects a floating-point tensor, got {x.dtype}")
     if x.numel() == 0:
         return torch.ones((), dtype=torch.float32, device=x.device)
+    _require_subnormals(x.device)
     magnitude = x.detach().to(torch.float32).abs()
     amax = torch.where(torch.isnan(magnitude), torch.zeros_like(magnitude), magnitude).amax()
     max_fp8 = torch.tensor(fmt.max_finite, dtype=torch.float32, device=x.device)
