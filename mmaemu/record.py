@@ -80,6 +80,7 @@ __all__ = [
     "Grid",
     "RecordUnavailableError",
     "Recorder",
+    "check_out",
     "default_torch_workspace",
     "record",
 ]
@@ -656,31 +657,88 @@ def _fmt_of(dtype: torch.dtype) -> Fp8Format:
     return Fp8Format.E4M3 if dtype == torch.float8_e4m3fn else Fp8Format.E5M2
 
 
+def check_out(out: str | Path) -> Path:
+    """``out`` as a recording directory: absent (its nearest existing ancestor a directory) or an empty directory.
+
+    Raises:
+        FileExistsError: ``out`` is not empty.
+        NotADirectoryError: ``out``, or an ancestor, is a file.
+    """
+    path = Path(out)
+    if path.exists() or path.is_symlink():
+        if not path.is_dir():
+            raise NotADirectoryError(f"{path} exists and is not a directory: a recording needs a new directory")
+        if any(path.iterdir()):
+            raise FileExistsError(f"{path} is not empty: a recording needs a fresh directory")
+        return path
+    parent = path.absolute().parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise NotADirectoryError(f"{path}: {parent} is not a directory")
+    return path
+
+
 def record(out: str | Path, *, budget_minutes: float = 30.0, grid: str | Grid = "quick", device: Device | None = None,
            torch_workspace: int | None = None, progress: TextIO | None = None) -> Path:
     """Record the local GPU (or ``device``) into ``out``.
 
+    ``out``, the budget, the grid and the workspace are checked before the GPU is asked anything.
+
     Raises:
         RecordUnavailableError: no CUDA GPU or cuBLASLt (and no ``device`` given).
         FileExistsError: ``out`` exists and is not empty.
+        NotADirectoryError: ``out`` is a file.
+        ValueError: a budget that is not a positive number of minutes, an unknown grid, or a torch
+            workspace (``torch_workspace`` or ``CUBLASLT_WORKSPACE_SIZE``) that the recording does not query.
     """
-    chosen = GRIDS[grid] if isinstance(grid, str) else grid
+    chosen, workspace = _checked_arguments(out, budget_minutes, grid, torch_workspace)
     dev: Device = device if device is not None else CudaDevice()
     budget = Budget(budget_minutes, stream=progress)
-    return Recorder(dev, out, grid=chosen, budget=budget, torch_workspace=torch_workspace).run()
+    return Recorder(dev, out, grid=chosen, budget=budget, torch_workspace=workspace).run()
+
+
+def _checked_arguments(out: str | Path, budget_minutes: float, grid: str | Grid,
+                       torch_workspace: int | None) -> tuple[Grid, int]:
+    """The grid and the torch workspace, after checking every argument (see :func:`record`)."""
+    check_out(out)
+    if (isinstance(budget_minutes, bool) or not isinstance(budget_minutes, (int, float))
+            or not math.isfinite(budget_minutes) or budget_minutes <= 0):
+        raise ValueError(f"budget_minutes={budget_minutes!r}: the budget must be a positive, finite number of minutes")
+    if isinstance(grid, str) and grid not in GRIDS:
+        raise ValueError(f"grid={grid!r} is not a grid; accepted: {', '.join(repr(g) for g in GRIDS)}")
+    chosen = GRIDS[grid] if isinstance(grid, str) else grid
+    workspace = default_torch_workspace() if torch_workspace is None else int(torch_workspace)
+    if workspace not in WS_BYTES:
+        source = "CUBLASLT_WORKSPACE_SIZE" if torch_workspace is None else "the torch workspace"
+        raise ValueError(f"{source} gives {workspace} bytes, not one of the recorded workspaces {WS_BYTES} "
+                         "(pass --torch-workspace with one of them)")
+    return chosen, workspace
 
 
 def main_record(out: str, budget_minutes: float, grid: str, torch_workspace: int | None,
                 stream: TextIO | None = None) -> int:
-    """The ``record`` command: 0 when recorded (even stopped by the budget), 2 when no GPU is usable."""
+    """The ``record`` command: 0 when recorded (even stopped by the budget); 2 when no GPU is usable or an
+    argument is refused (nothing is written then); 130 when interrupted (the recording so far is kept)."""
     stream = stream or sys.stderr
     try:
-        path = record(out, budget_minutes=budget_minutes, grid=grid, torch_workspace=torch_workspace, progress=stream)
-    except RecordUnavailableError as exc:
+        _checked_arguments(out, budget_minutes, grid, torch_workspace)
+        device = CudaDevice()
+    except (RecordUnavailableError, OSError, ValueError) as exc:  # no GPU; FileExistsError, NotADirectoryError ...
         stream.write(f"mmaemu record: {exc}\n")
         return 2
-    except FileExistsError as exc:
-        stream.write(f"mmaemu record: {exc}\n")
+    try:
+        path = record(out, budget_minutes=budget_minutes, grid=grid, torch_workspace=torch_workspace, device=device,
+                      progress=stream)
+    except OSError as exc:  # the disk filled up, the directory went away ...
+        stream.write(f"\nmmaemu record: cannot write the recording: {exc}; what was written so far is in {out} "
+                     "(incomplete: its replay will fail)\n")
         return 2
+    except KeyboardInterrupt:
+        written = Path(out) / "manifest.json"
+        stream.write("\nmmaemu record: interrupted; "
+                     + (f"what was recorded so far is in {out} (incomplete: its replay will fail)\n"
+                        if written.is_file() else "nothing was written\n"))
+        return 130
     stream.write(f"recording written to {path}; replay it with: python -m mmaemu replay {path}\n")
     return 0
