@@ -25,14 +25,15 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import TextIO
 
 import torch
 
 from . import __version__
-from .call import scaled_mm
+from .call import explain, scaled_mm
 from .testing import assert_bitwise_equal
 
-__all__ = ["Config", "CONFIGS", "median_time", "first_call_latency", "run"]
+__all__ = ["Config", "CONFIGS", "median_time", "first_call_latency", "main_bench", "refusal", "run"]
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,18 @@ def _operands(m: int, k: int, n: int, config: Config) -> tuple[torch.Tensor, tor
     x = (torch.randn(m, k, generator=gen) * 40).clamp(-448, 448).to(config.fmt_a)
     w = (torch.randn(n, k, generator=gen) * 40).clamp(-448, 448).to(config.fmt_b)
     return x, w
+
+
+def refusal(m: int, k: int, n: int, config: Config) -> str | None:
+    """Why ``scaled_mm`` would refuse ``config`` at this shape (``"Class: message"``), or None."""
+    x = torch.empty((m, k), dtype=config.fmt_a)  # reserved, never touched: nothing is computed
+    w = torch.empty((n, k), dtype=config.fmt_b)
+    one = torch.tensor(1.0)
+    plan = explain(x, w.t(), one, one, out_dtype=torch.bfloat16, use_fast_accum=config.fast, profile=config.profile,
+                   splitk=config.splitk, backend="cpu")
+    if plan.ok:
+        return None
+    return ": ".join(plan.validation) if isinstance(plan.validation, tuple) else str(plan.validation)
 
 
 def _caller(x: torch.Tensor, w: torch.Tensor, config: Config) -> Callable[[str], torch.Tensor]:
@@ -152,8 +165,13 @@ def run(shapes: list[tuple[int, int, int]], *, repeat: int, configs: bool, first
         print(f"  reference / cpu = {row['reference_over_cpu']:.1f}x; "
               f"cpu / fp32 matmul = {row['cpu_over_fp32_matmul']:.2f}x")
         if configs:
-            others = []
+            others: list[dict[str, object]] = []
             for config in CONFIGS[1:]:
+                refused = refusal(m, k, n, config)
+                if refused is not None:  # e.g. S = 4 parts for a K of fewer k-tiles: not a call a GPU makes
+                    others.append({"config": config.label, "cpu_s": None, "refused": refused})
+                    print(f"  cpu, {config.label:44s} not timed: the call is refused ({refused.splitlines()[0]})")
+                    continue
                 xc, wc = _operands(m, k, n, config)
                 other = _caller(xc, wc, config)
                 assert_bitwise_equal(other("cpu"), other("reference"))
@@ -171,3 +189,44 @@ def run(shapes: list[tuple[int, int, int]], *, repeat: int, configs: bool, first
         with open(json_path, "w") as fh:
             json.dump(report, fh, indent=1)
     return report
+
+
+def main_bench(shapes: list[tuple[int, int, int]], *, repeat: int, configs: bool, first_call: bool,
+               json_path: str | None, profile: str = "hopper", stream: TextIO | None = None) -> int:
+    """The ``bench`` command: 0 when everything was timed; 1 when bits differ (nothing more is timed);
+    2 when the benchmark cannot run here (no cpu backend, a refused base call, an unwritable ``--json``).
+
+    Every shape's base call is checked before anything is timed.
+    """
+    from .backends import cpu
+
+    err = stream or sys.stderr
+    usable, why = cpu.available()
+    if not usable:
+        err.write(f"mmaemu bench: the cpu backend cannot run here ({why}); bench times it against the reference "
+                  "backend, so it needs it: pip install numba\n")
+        return 2
+    base = replace(CONFIGS[0], profile=profile)
+    for m, k, n in shapes:
+        refused = refusal(m, k, n, base)
+        if refused is not None:
+            err.write(f"mmaemu bench: the call of shape {m}x{k}x{n} under profile {profile!r} is refused: {refused}\n")
+            return 2
+    try:
+        report = run(shapes, repeat=repeat, configs=configs, first_call=first_call, json_path=None, profile=profile)
+    except AssertionError as exc:
+        err.write(f"mmaemu bench: the cpu backend's bits differ from the reference backend's; nothing more was "
+                  f"timed:\n{exc}\n")
+        return 1
+    except subprocess.CalledProcessError as exc:
+        err.write(f"mmaemu bench: the first-call measurement's process failed (exit {exc.returncode}):\n"
+                  f"{exc.stderr}\n")
+        return 2
+    if json_path:
+        try:
+            with open(json_path, "w") as fh:
+                json.dump(report, fh, indent=1)
+        except OSError as exc:
+            err.write(f"mmaemu bench: cannot write {json_path}: {exc.strerror or exc}\n")
+            return 2
+    return 0

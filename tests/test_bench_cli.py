@@ -22,15 +22,16 @@ def test_bench_small_shape(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert "reference / cpu" in capsys.readouterr().out
 
 
-def test_bench_refuses_to_time_unequal_bits(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A backend whose bits differ from the reference's is never timed."""
+def test_bench_refuses_to_time_unequal_bits(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A backend whose bits differ from the reference's is never timed: exit 1, the reason on stderr."""
     pytest.importorskip("numba")
     from mmaemu.backends import cpu
 
     real = cpu.accumulate
     monkeypatch.setattr(cpu, "accumulate", lambda *a: real(*a) * 2)
-    with pytest.raises(AssertionError):
-        main(["bench", "--shape", "16x32x16", "--repeat", "1"])
+    assert main(["bench", "--shape", "16x32x16", "--repeat", "1"]) == 1
+    captured = capsys.readouterr()
+    assert "bits differ" in captured.err and "cpu backend" not in captured.out.split("median times:")[-1]
 
 
 def test_first_call_latency_reports_cold_and_warm() -> None:
