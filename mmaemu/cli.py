@@ -1,11 +1,28 @@
-"""Command line: ``python -m mmaemu demo``."""
+"""Command line: ``python -m mmaemu <command>``.
+
+Commands:
+
+- ``demo``: the quickstart GEMM under the hopper and ada profiles, on the CPU;
+- ``explain M N K``: the plan of a ``torch._scaled_mm`` call (validation, split-K decision, the backend
+  ``backend="auto"`` would run for CPU tensors), without computing it;
+- ``bench``: the backends' speed against torch's native matmul, after checking their bits;
+- ``info``: versions, device, which profiles this machine is, backend status;
+- ``selftest``: the triton backend's kernels checked on a device;
+- ``record --out DIR``: record this GPU as a reference platform (:mod:`mmaemu.record`);
+- ``replay DIR``: replay a recording through the emulator and report (:mod:`mmaemu.replay`).
+
+Every option is checked while the command line is parsed: a bad value is a usage error (exit status 2,
+the reason on stderr) before anything is read, computed or written.
+"""
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import torch
 
@@ -70,15 +87,27 @@ _DTYPES = {
 
 
 def _explain(args: argparse.Namespace) -> int:
-    fmt_a, fmt_b = (part.strip() for part in args.fmt.split(","))
-    dtype_a, dtype_b = _DTYPES[fmt_a], _DTYPES[fmt_b]
-    meta = torch.device("meta")  # shapes and strides only: nothing is allocated
-    mat1 = torch.empty((args.M, args.K), dtype=dtype_a, device=meta)
-    mat2 = torch.empty((args.N, args.K), dtype=dtype_b, device=meta).t()
-    scale = torch.empty((), dtype=torch.float32, device=meta)
-    splitk: object = "auto" if args.splitk == "auto" else _parse_splitk(args.splitk)
+    """Plan the call with CPU operands, as a real call on this machine would get them.
+
+    ``torch.empty`` reserves the operands without touching their pages, so a large shape costs no memory;
+    only a shape this machine cannot even reserve is planned with meta tensors (the output says so, and
+    that the backend shown is not what a CPU call would use).
+    """
+    dtype_a, dtype_b = args.fmt
+    device = torch.device("cpu")
+    try:
+        mat1 = torch.empty((args.M, args.K), dtype=dtype_a, device=device)
+        mat2 = torch.empty((args.N, args.K), dtype=dtype_b, device=device).t()
+    except (RuntimeError, MemoryError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        device = torch.device("meta")  # shapes and strides only
+        mat1 = torch.empty((args.M, args.K), dtype=dtype_a, device=device)
+        mat2 = torch.empty((args.N, args.K), dtype=dtype_b, device=device).t()
+        print(f"note: the operands of this shape cannot be allocated on this machine's CPU ({reason}); "
+              "planned with meta tensors, so the backend shown is not the one a CPU call would use")
+    scale = torch.ones((), dtype=torch.float32, device=device)
     plan = explain(mat1, mat2, scale, scale, out_dtype=_DTYPES[args.out], use_fast_accum=args.fast,
-                   profile=args.profile, splitk=splitk)  # type: ignore[arg-type]
+                   profile=args.profile, splitk=args.splitk, backend="auto")
     print(plan)
     return 0 if plan.ok else 1
 
@@ -122,10 +151,12 @@ def _info(args: argparse.Namespace) -> int:
 def _bench(args: argparse.Namespace) -> int:
     from . import bench
 
-    shapes = [tuple(int(v) for v in shape.lower().split("x")) for shape in (args.shape or ["64x1920x5760"])]
-    bench.run(shapes, repeat=args.repeat, configs=args.configs, first_call=args.first_call,  # type: ignore[arg-type]
-              json_path=args.json, profile=args.preset)
-    return 0
+    if args.preset is not None:
+        print("mmaemu bench: --preset is deprecated (it names a profile): use --profile", file=sys.stderr)
+    profile = args.profile if args.preset is None else args.preset
+    shapes = args.shape or [(64, 1920, 5760)]
+    return bench.main_bench(shapes, repeat=args.repeat, configs=args.configs, first_call=args.first_call,
+                            json_path=args.json, profile=profile)
 
 
 def _selftest(args: argparse.Namespace) -> int:
@@ -133,7 +164,7 @@ def _selftest(args: argparse.Namespace) -> int:
     from .backends.triton_backend import interpreting
     from .backends.triton_selftest import selftest
 
-    if args.device:
+    if args.device is not None:
         device = args.device
     elif torch.cuda.is_available():
         device = "cuda"
@@ -161,62 +192,241 @@ def _replay(args: argparse.Namespace) -> int:
     return main_replay(args.dir, args.backend, args.preset, args.split_family)
 
 
-def _parse_splitk(text: str) -> object:
-    if text.isdigit():
-        return int(text)
-    parts, scheme = text.split(",")
-    return (int(parts), scheme.strip())
+# --------------------------------------------------------------------------------------------------
+# Option types: each raises argparse.ArgumentTypeError, which argparse turns into a usage error (exit 2)
+# --------------------------------------------------------------------------------------------------
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m mmaemu``."""
+def _int(text: str, what: str, minimum: int) -> int:
+    try:
+        value = int(text.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer ({what})") from None
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"{text!r}: {what} must be at least {minimum}")
+    return value
+
+
+def _dim(text: str) -> int:
+    """A GEMM dimension: an integer >= 0 (an empty call is a valid call)."""
+    return _int(text, "a dimension", 0)
+
+
+def _positive_int(text: str) -> int:
+    """An integer >= 1."""
+    return _int(text, "a count", 1)
+
+
+def _shape(text: str) -> tuple[int, int, int]:
+    """``MxKxN``, each a positive integer."""
+    parts = text.lower().split("x")
+    if len(parts) != 3:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a shape MxKxN (e.g. 64x1920x5760)")
+    m, k, n = (_int(p, "M, K and N of a shape MxKxN", 1) for p in parts)
+    return m, k, n
+
+
+def _fmt_pair(text: str) -> tuple[torch.dtype, torch.dtype]:
+    """``A,B``: the formats of mat1 and mat2."""
+    parts = [p.strip().lower() for p in text.split(",")]
+    accepted = ", ".join(sorted(_DTYPES))
+    if len(parts) != 2:
+        raise argparse.ArgumentTypeError(f"{text!r} is not two formats A,B (e.g. e4m3,e5m2); formats: {accepted}")
+    for p in parts:
+        if p not in _DTYPES:
+            raise argparse.ArgumentTypeError(f"{p!r} is not a format; accepted: {accepted}")
+    return _DTYPES[parts[0]], _DTYPES[parts[1]]
+
+
+def _splitk(text: str) -> object:
+    """``auto``, ``1`` or ``S,scheme``, checked by :meth:`mmaemu.accumulation.SplitK.parse`."""
+    from .accumulation import SplitK
+
+    text = text.strip()
+    if text == "auto":
+        return "auto"
+    parts = [p.strip() for p in text.split(",")]
+    value: object
+    try:
+        value = int(parts[0]) if len(parts) == 1 else (int(parts[0]), parts[1]) if len(parts) == 2 else text
+    except ValueError:
+        value = text
+    try:
+        SplitK.parse(value)  # type: ignore[arg-type]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: {exc} (on the command line: auto, 1 or S,scheme)") from None
+    return value
+
+
+def _profile(text: str) -> str:
+    """A registered profile's name."""
+    try:
+        get_profile(text, warn=False)
+    except (KeyError, ValueError) as exc:
+        raise argparse.ArgumentTypeError(str(exc.args[0]) if exc.args else str(exc)) from None
+    return text
+
+
+def _preset(text: str) -> str:
+    """A modelled preset's name."""
+    from .errors import MmaemuError
+    from .model import get_preset
+
+    try:
+        get_preset(text, warn=False)
+    except (KeyError, ValueError, TypeError, MmaemuError) as exc:
+        raise argparse.ArgumentTypeError(str(exc.args[0]) if exc.args else str(exc)) from None
+    return text
+
+
+def _backend(text: str) -> str:
+    """A backend name (whether it can run here is checked by the command)."""
+    from .backends import Backend
+
+    try:
+        return Backend(text).value
+    except ValueError:
+        accepted = ", ".join(b.value for b in Backend)
+        raise argparse.ArgumentTypeError(f"{text!r} is not a backend; accepted: {accepted}") from None
+
+
+def _device(text: str) -> str:
+    """A torch device string."""
+    try:
+        torch.device(text)
+    except (RuntimeError, ValueError, TypeError) as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a torch device ({str(exc).splitlines()[0]})") from None
+    return text
+
+
+def _minutes(text: str) -> float:
+    """A positive, finite number of minutes."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of minutes") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: the budget must be a positive, finite number of minutes")
+    return value
+
+
+def _workspace(text: str) -> int:
+    """One of the workspaces a recording queries, in bytes."""
+    from .recording import WS_BYTES
+
+    value = _int(text, "a workspace in bytes", 0)
+    if value not in WS_BYTES:
+        raise argparse.ArgumentTypeError(f"{text!r}: the workspace must be one of {WS_BYTES} bytes (0, 1, 4 or 32 MiB)")
+    return value
+
+
+def _new_dir(text: str) -> str:
+    """A directory to create, or an empty one."""
+    path = Path(text)
+    try:
+        if path.exists() or path.is_symlink():
+            if not path.is_dir():
+                raise argparse.ArgumentTypeError(f"{text!r} exists and is not a directory; pass a new directory")
+            if any(path.iterdir()):
+                raise argparse.ArgumentTypeError(f"{text!r} is not empty: a recording needs a new or empty directory")
+        else:
+            parent = path.absolute().parent
+            while not parent.exists():
+                parent = parent.parent
+            if not parent.is_dir():
+                raise argparse.ArgumentTypeError(f"{text!r}: {str(parent)!r} is not a directory")
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: {exc.strerror or exc}") from None
+    return text
+
+
+def _existing_dir(text: str) -> str:
+    """An existing directory."""
+    path = Path(text)
+    try:
+        if not path.exists():
+            raise argparse.ArgumentTypeError(f"{text!r} does not exist")
+        if not path.is_dir():
+            raise argparse.ArgumentTypeError(f"{text!r} is not a directory (a recording is a directory)")
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: {exc.strerror or exc}") from None
+    return text
+
+
+def _output_file(text: str) -> str:
+    """A file to write: its directory must exist and it must not be a directory."""
+    path = Path(text)
+    if not text or path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is a directory, not a file to write")
+    if not path.absolute().parent.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r}: the directory {str(path.absolute().parent)!r} does not exist")
+    return text
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``python -m mmaemu`` (every option's value is checked by its ``type``)."""
     parser = argparse.ArgumentParser(prog="python -m mmaemu", description="Bit-exact FP8 tensor-core GEMMs.")
     parser.add_argument("--version", action="version", version=f"mmaemu {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="the quickstart GEMM under the hopper and ada presets, on the CPU")
+    demo = sub.add_parser("demo", help="the quickstart GEMM under the hopper and ada profiles, on the CPU")
     demo.set_defaults(run=_demo)
     ex = sub.add_parser("explain", help="the plan of a torch._scaled_mm call of shape M x K @ K x N, without computing it")
-    ex.add_argument("M", type=int)
-    ex.add_argument("N", type=int)
-    ex.add_argument("K", type=int)
+    ex.add_argument("M", type=_dim)
+    ex.add_argument("N", type=_dim)
+    ex.add_argument("K", type=_dim)
     ex.add_argument("--out", default="bf16", choices=sorted(_DTYPES), help="output dtype (default bf16)")
     ex.add_argument("--fast", action="store_true", help="use_fast_accum=True")
-    ex.add_argument("--profile", default=None, help="reference platform (default: MMAEMU_PROFILE or hopper)")
-    ex.add_argument("--fmt", default="e4m3,e4m3", help="formats of mat1,mat2 (default e4m3,e4m3)")
-    ex.add_argument("--splitk", default="auto", help="auto (default), 1, or S,scheme (e.g. 4,pairwise)")
+    ex.add_argument("--profile", default=None, type=_profile,
+                    help="reference platform (default: MMAEMU_PROFILE or hopper)")
+    ex.add_argument("--fmt", default=(torch.float8_e4m3fn, torch.float8_e4m3fn), type=_fmt_pair,
+                    help="formats of mat1,mat2 (default e4m3,e4m3)")
+    ex.add_argument("--splitk", default="auto", type=_splitk, help="auto (default), 1, or S,scheme (e.g. 4,pairwise)")
     ex.set_defaults(run=_explain)
     bench = sub.add_parser("bench", help="time the backends against torch's native matmul, after checking bits")
-    bench.add_argument("--shape", action="append", help="MxKxN (repeatable; default 64x1920x5760)")
-    bench.add_argument("--preset", default="hopper", help="profile/preset (default hopper)")
-    bench.add_argument("--repeat", type=int, default=5, help="runs per median (default 5)")
+    bench.add_argument("--shape", action="append", type=_shape, help="MxKxN (repeatable; default 64x1920x5760)")
+    bench.add_argument("--profile", default="hopper", type=_profile,
+                       help="the reference platform of the base configuration (default hopper)")
+    bench.add_argument("--preset", default=None, type=_profile, help=argparse.SUPPRESS)  # deprecated: --profile
+    bench.add_argument("--repeat", type=_positive_int, default=5, help="runs per median (default 5)")
     bench.add_argument("--configs", action="store_true",
                        help="also time ada slow E5M2 x E4M3 and a split call (S = 4), as ratios to the first")
     bench.add_argument("--first-call", action="store_true",
                        help="also measure the first call's latency in a fresh process (compiling, and cached)")
-    bench.add_argument("--json", default=None, help="write the figures to this file")
+    bench.add_argument("--json", default=None, type=_output_file, help="write the figures to this file")
     bench.set_defaults(run=_bench)
     info = sub.add_parser("info", help="versions, device, matching profiles and backend status")
     info.set_defaults(run=_info)
     st = sub.add_parser("selftest", help="self-test the triton backend's kernels on a device (exit 0 if all pass)")
-    st.add_argument("--device", default=None,
+    st.add_argument("--device", default=None, type=_device,
                     help="device (default: cuda if available; cpu under TRITON_INTERPRET=1)")
     st.set_defaults(run=_selftest)
     rec = sub.add_parser("record", help="record this GPU as a reference platform (heuristics, probes, live calls)")
-    rec.add_argument("--out", required=True, help="the recording directory (new or empty)")
-    rec.add_argument("--budget-minutes", type=float, default=30.0, help="wall-clock budget (default 30)")
+    rec.add_argument("--out", required=True, type=_new_dir, help="the recording directory (new or empty)")
+    rec.add_argument("--budget-minutes", type=_minutes, default=30.0, help="wall-clock budget (default 30)")
     rec.add_argument("--grid", default="quick", choices=["quick", "full"], help="shape grid (default quick)")
-    rec.add_argument("--torch-workspace", type=int, default=None,
-                     help="the cuBLASLt workspace torch passes, in bytes (default CUBLASLT_WORKSPACE_SIZE or 1 MiB)")
+    rec.add_argument("--torch-workspace", type=_workspace, default=None,
+                     help="the cuBLASLt workspace torch passes, in bytes: 0, 1048576, 4194304 or 33554432 "
+                          "(default CUBLASLT_WORKSPACE_SIZE or 1 MiB)")
     rec.set_defaults(run=_record)
     rep = sub.add_parser("replay", help="replay a recording through the emulator and report (exit 0 if all matches)")
-    rep.add_argument("dir", help="the recording directory")
-    rep.add_argument("--backend", default="auto", help="emulator backend for the live calls (default auto)")
-    rep.add_argument("--preset", default=None, help="use this preset instead of the probes' verdict")
+    rep.add_argument("dir", type=_existing_dir, help="the recording directory")
+    rep.add_argument("--backend", default="auto", type=_backend,
+                     help="emulator backend for the live calls: auto (default), reference, cpu or triton")
+    rep.add_argument("--preset", default=None, type=_preset, help="use this preset instead of the probes' verdict")
     rep.add_argument("--split-family", default=None, choices=["contiguous", "round-robin"],
                      help="use this split family instead of the probes' verdict")
     rep.set_defaults(run=_replay)
-    args = parser.parse_args(argv)
-    return int(args.run(args))
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python -m mmaemu``: the command's exit status (2 for a usage error, 130 if interrupted)."""
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.run(args))
+    except KeyboardInterrupt:
+        sys.stderr.write(f"mmaemu {args.command}: interrupted\n")
+        return 130
 
 
 if __name__ == "__main__":
