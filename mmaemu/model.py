@@ -77,6 +77,10 @@ class Rounding(enum.Enum):
     NEAREST_EVEN = "nearest-even"
 
 
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 @dataclass(frozen=True)
 class Preset:
     """The arithmetic of one tensor-core block FMA.
@@ -105,9 +109,9 @@ class Preset:
     source: str = "user-defined"
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.block_size, int) and 1 <= self.block_size <= 1024):
+        if not (_is_int(self.block_size) and 1 <= self.block_size <= 1024):
             raise ValueError(f"block_size must be an int in [1, 1024], got {self.block_size!r}")
-        if not (isinstance(self.frac_bits, int) and 1 <= self.frac_bits <= 40):
+        if not (_is_int(self.frac_bits) and 1 <= self.frac_bits <= 40):
             raise ValueError(f"frac_bits must be an int in [1, 40], got {self.frac_bits!r}")
         if not isinstance(self.maturity, Maturity):
             raise TypeError("maturity must be a Maturity")
@@ -301,7 +305,8 @@ def block_fma(
             after ``torch.set_flush_denormal(True)``): subnormal accumulators would be lost.
     """
     if not isinstance(c, torch.Tensor) or c.dtype != torch.float32:
-        raise TypeError(f"c must be a float32 tensor, got {c.dtype if isinstance(c, torch.Tensor) else type(c).__name__}")
+        got = c.dtype if isinstance(c, torch.Tensor) else type(c).__name__
+        raise TypeError(f"c must be a float32 tensor, got {got}")
     if c.device.type == "cpu":
         checks.check_cpu_subnormals()
     return _block_fma(c, a, b, preset, has_inf=has_inf)

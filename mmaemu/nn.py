@@ -216,7 +216,9 @@ class EmulatedFP8Linear(torch.nn.Module):
         backend_name = _backend_name(backend)
         weight_dtype = weight.dtype if weight.dtype in _FP8_DTYPES else torch.float8_e4m3fn
         if input_dtype == torch.float8_e5m2 and weight_dtype == torch.float8_e5m2:
-            raise ValueError("input_dtype and the FP8 weight are both float8_e5m2: torch._scaled_mm refuses two E5M2 operands")
+            raise ValueError(
+                "input_dtype and the FP8 weight are both float8_e5m2: torch._scaled_mm refuses two E5M2 operands"
+            )
         if out_dtype == torch.float8_e5m2 and input_dtype == weight_dtype == torch.float8_e4m3fn:
             raise ValueError(
                 "out_dtype=float8_e5m2 with E4M3 input and weight: the reference cuBLASLt has no such kernel "
@@ -298,7 +300,8 @@ class EmulatedFP8Linear(torch.nn.Module):
         weight = getattr(linear, "weight", None)
         if not isinstance(linear, torch.nn.Module):
             raise TypeError(
-                f"from_linear takes a torch.nn.Linear (or a module with a [N, K] tensor weight), got {type(linear).__name__}"
+                "from_linear takes a torch.nn.Linear (or a module with a [N, K] tensor weight), got "
+                f"{type(linear).__name__}"
             )
         if not isinstance(weight, torch.Tensor):
             raise TypeError(
@@ -330,8 +333,56 @@ class EmulatedFP8Linear(torch.nn.Module):
                 self._buffers[name] = old.to(new.device)
         return self
 
+    def _load_from_state_dict(
+        self,
+        state_dict: dict[str, Any],
+        prefix: str,
+        local_metadata: dict[str, Any],
+        strict: bool,
+        missing_keys: list[str],
+        unexpected_keys: list[str],
+        error_msgs: list[str],
+    ) -> None:
+        """Refuse buffers of another dtype: ``copy_`` would convert them (a bf16 weight rounded to
+        FP8 without its scale, an fp64 scale rounded to fp32) and give other bits silently."""
+        wrong = [
+            f"{prefix}{name}: {state_dict[prefix + name].dtype} in the state dict, {buf.dtype} in the layer"
+            for name, buf in self._buffers.items()
+            if buf is not None and isinstance(state_dict.get(prefix + name), torch.Tensor)
+            and state_dict[prefix + name].dtype != buf.dtype
+        ]
+        if wrong:
+            error_msgs.append(
+                "EmulatedFP8Linear loads its FP8 weight and fp32 scales bit for bit, without conversion; "
+                "convert them as the reference run did (or build the layer from them): " + "; ".join(wrong)
+            )
+            return  # nothing of this layer is loaded
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )
+
+    def _check_activation(self, x: object) -> torch.Tensor:
+        """``x`` if it is an activation Transformer Engine would quantise (bf16, fp16 or fp32, ``[..., K]``)."""
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"EmulatedFP8Linear takes a torch.Tensor, got {type(x).__name__}")
+        if x.dtype in _FP8_DTYPES:
+            raise TypeError("EmulatedFP8Linear quantises its input itself: pass the activation in bf16, fp16 or fp32")
+        if x.dtype not in _FLOAT_DTYPES:
+            raise TypeError(
+                f"EmulatedFP8Linear takes bf16, fp16 or fp32 activations (Transformer Engine's), got {x.dtype}; "
+                "convert it (for example x.float()) only if that conversion is what the reference run did"
+            )
+        if x.dim() == 0:
+            raise ValueError(f"EmulatedFP8Linear takes [..., K] activations (K = {self.in_features}), got a 0-d tensor")
+        return x
+
     def quantize_input(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(x_fp8, scale_inv)``: the FP8 activation and the ``scale_a`` the GEMM receives."""
+        """``(x_fp8, scale_inv)``: the FP8 activation and the ``scale_a`` the GEMM receives.
+
+        Raises:
+            TypeError, ValueError: as :meth:`forward`, for ``x`` itself.
+        """
+        x = self._check_activation(x)
         if self.input_scale is None or self.input_scale_inv is None:
             scale = current_scale(x, self.input_dtype)
             return quantize(x, scale, self.input_dtype), reciprocal_scale(scale)
@@ -352,17 +403,7 @@ class EmulatedFP8Linear(torch.nn.Module):
             ReferenceRejectsError, SplitKUnknownError, UnsupportedFeatureError: as
                 :func:`mmaemu.scaled_mm` (for example a last dimension that is not K).
         """
-        if not isinstance(x, torch.Tensor):
-            raise TypeError(f"EmulatedFP8Linear takes a torch.Tensor, got {type(x).__name__}")
-        if x.dtype in _FP8_DTYPES:
-            raise TypeError("EmulatedFP8Linear quantises its input itself: pass the activation in bf16, fp16 or fp32")
-        if x.dtype not in _FLOAT_DTYPES:
-            raise TypeError(
-                f"EmulatedFP8Linear takes bf16, fp16 or fp32 activations (Transformer Engine's), got {x.dtype}; "
-                "convert it (for example x.float()) only if that conversion is what the reference run did"
-            )
-        if x.dim() == 0:
-            raise ValueError(f"EmulatedFP8Linear takes [..., K] activations (K = {self.in_features}), got a 0-d tensor")
+        x = self._check_activation(x)
         xq, x_scale_inv = self.quantize_input(x)
         rows = xq.reshape(-1, x.shape[-1])
         y = ops.scaled_mm(

@@ -89,7 +89,8 @@ class _Kind(enum.Enum):
 _E8M0 = getattr(torch, "float8_e8m0fnu", None)
 _PACKED = {getattr(torch, n) for n in ("float4_e2m1fn_x2", "quint4x2", "quint2x4") if hasattr(torch, n)}
 _SIGNED_INTS = {torch.int8, torch.int16, torch.int32, torch.int64}
-_UNSIGNED_INTS = {torch.bool, torch.uint8} | {getattr(torch, n) for n in ("uint16", "uint32", "uint64") if hasattr(torch, n)}
+_UNSIGNED_INTS = {torch.bool, torch.uint8}
+_UNSIGNED_INTS |= {getattr(torch, n) for n in ("uint16", "uint32", "uint64") if hasattr(torch, n)}
 
 
 def _kind(dtype: torch.dtype) -> _Kind:

@@ -296,7 +296,8 @@ def test_layer_refuses_fp64_and_integer_activations() -> None:
 # ---- 5. the epilogue's and quantisation's other arguments ---------------------------------------
 
 BAD_EPILOGUES: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
-    ("python float scale", lambda: mmaemu.epilogue(torch.ones(2), 0.1, ONE, out_dtype=torch.float32),  # type: ignore[arg-type]
+    ("python float scale",
+     lambda: mmaemu.epilogue(torch.ones(2), 0.1, ONE, out_dtype=torch.float32),  # type: ignore[arg-type]
      TypeError, r"scale_a must be a float32 torch.Tensor.*torch.tensor\(value, dtype=torch.float32\)"),
     ("fp64 scale", lambda: mmaemu.epilogue(torch.ones(2), torch.tensor(0.1, dtype=torch.float64), ONE,
                                            out_dtype=torch.float32), TypeError, "scale_a must be a float32 tensor"),
@@ -351,3 +352,28 @@ def test_quantization_arguments() -> None:
     assert scale_from_amax(-math.inf, previous=3.0).item() == 3.0
     assert current_scale(torch.tensor([math.nan, math.nan])).item() == 1.0
     assert current_scale(torch.tensor([-math.inf, 2.0])).item() == 1.0
+
+
+def test_state_dict_of_other_dtypes_is_refused_and_nothing_is_loaded() -> None:
+    layer = _layer()
+    before = {k: v.clone() for k, v in layer.state_dict().items()}
+    for name, value in (("weight", torch.full((16, 16), 3.1, dtype=torch.bfloat16)),
+                        ("input_scale", torch.tensor(2.0, dtype=torch.float64))):
+        state = dict(before)
+        state[name] = value  # copy_ would round it into the FP8 / fp32 buffer without a word
+        with pytest.raises(RuntimeError, match=f"loads its FP8 weight and fp32 scales bit for bit.*{name}"):
+            layer.load_state_dict(state)
+        for key, old in before.items():
+            assert_bitwise_equal(layer.state_dict()[key], old)
+    layer.load_state_dict(before)  # the same dtypes still load
+
+
+def test_quantize_input_checks_the_activation_as_forward_does() -> None:
+    with pytest.raises(TypeError, match="takes bf16, fp16 or fp32 activations"):
+        _layer().quantize_input(torch.ones(16, 16, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("kwargs", [dict(block_size=True, frac_bits=13), dict(block_size=32, frac_bits=True)])
+def test_preset_refuses_bools(kwargs: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match="must be an int"):
+        model.Preset("bool", **kwargs)
