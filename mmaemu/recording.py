@@ -842,13 +842,17 @@ def profile_from_recording(directory: str | os.PathLike[str], *, name: str | Non
     ws = int(workspace_bytes if workspace_bytes is not None else env.get("torch_workspace_bytes", 1 << 20))
     if ws == 0 and bool((rows.S[(rows.setting & 3) == 0] > 1).any()):
         raise ValueError(f"{rec.path}: this GPU split K without a workspace; a workspace-0 profile would be wrong off the table")
-    verified = sorted({tuple(c) for c in (report or {}).get("verified_combos", [])}) if report_valid else []
+    # a replay proves this profile only if it ran with this profile's preset and split family
+    same_model = report is not None and (report.get("preset"), report.get("split_family")) == (
+        getattr(chosen_preset, "name", None), family.name.lower())
+    verified = (sorted({tuple(c) for c in (report or {}).get("verified_combos", [])}) if report_valid and same_model
+                else [])
     table_id = f"heur_{_slug(str(env.get('gpu', 'gpu')))}_lt{env.get('cublaslt', 'unknown')}_{rec.digest[:8]}"
     info = {**info, "table_id": table_id, "envelope": envelope, "verified_combos": [list(c) for c in verified]}
     info_hash = sha256_bytes(json.dumps(info, sort_keys=True, default=str).encode())[:6]
     table_id = info["table_id"] = f"{table_id}{info_hash}"
     table = SplitTable.from_arrays(table_id, info, columns)
-    replay_passed = bool(report_valid and report is not None and report.get("passed"))
+    replay_passed = bool(report_valid and report is not None and report.get("passed") and same_model)
     live_equal = int((report or {}).get("calls", {}).get("equal", 0)) if report_valid else 0
     validated = replay_passed and live_equal > 0 and preset is None and verdict.preset is not None
     env_status = {ws_: v["status"] for ws_, v in envelope["validation"].items()}
@@ -856,6 +860,7 @@ def profile_from_recording(directory: str | os.PathLike[str], *, name: str | Non
         "recording": str(rec.path), "recording_digest": rec.digest,
         "sections": dict(rec.manifest.get("sections", {})),
         "replay": ("not run" if report is None else "for another recording" if not report_valid
+                   else "under another preset or split family" if not same_model
                    else "passed" if replay_passed else "failed"),
         "live_calls_equal": live_equal,
         "live_calls": int((report or {}).get("calls", {}).get("total", 0)) if report_valid else 0,

@@ -337,3 +337,18 @@ def test_the_cli_docstring_lists_every_command() -> None:
     assert cli.__doc__ is not None
     for name in commands:
         assert f"``{name}" in cli.__doc__, name
+
+
+def test_a_replay_under_another_preset_does_not_validate_the_profile(recorded: Path, tmp_path: Path) -> None:
+    """Old code: a passing replay with --preset X validated a profile built with the probes' preset Y."""
+    from mmaemu.model import Maturity
+    from mmaemu.recording import profile_from_recording
+
+    path = _copy(recorded, tmp_path)
+    report = json.loads((path / "replay.json").read_text())
+    assert profile_from_recording(path).maturity is Maturity.VALIDATED
+    report["preset"] = "ada"  # what `replay --preset ada` writes when every call matches under ada too
+    (path / "replay.json").write_text(json.dumps(report))
+    profile = profile_from_recording(path)
+    assert profile.maturity is Maturity.EXPERIMENTAL and profile.evidence is not None
+    assert profile.evidence["replay"] == "under another preset or split family"
