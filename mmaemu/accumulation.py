@@ -13,8 +13,8 @@ the fp32 partial results are added*; the arithmetic of a chain is :mod:`mmaemu.m
   - ``contiguous`` (the H100 PCIe family): 128-wide k-tiles in contiguous runs, part j owns
     ``[j*C, min((j+1)*C, K))`` with ``C = ceil(ceil(K/128)/S) * 128``; parts added serially.
   - ``serial`` and ``pairwise`` (the RTX 4060 family): 64-wide k-tiles dealt round-robin, tile t to
-    part ``t mod S``; ``serial`` adds the parts in index order, ``pairwise`` in the order of
-    :func:`pairwise_order`.
+    part ``t mod S``; ``serial`` adds the parts in index order, ``pairwise`` by the steps of
+    :func:`pairwise_steps`.
 
 [Note: empty parts] A part that owns no k-tile (possible only for ``contiguous`` when
 ``ceil(K/128)`` is not a multiple of S with a large remainder, or for round-robin when S exceeds the
@@ -40,13 +40,19 @@ __all__ = [
     "SplitK",
     "AccumulationPlan",
     "plan_accumulation",
-    "pairwise_order",
+    "combination_steps",
+    "pairwise_steps",
+    "flat_combination",
     "combine_parts",
     "SLOW_CHUNK",
     "CONTIGUOUS_TILE",
     "ROUND_ROBIN_TILE",
     "SplitKArg",
     "cut_chains",
+    "FlatPlan",
+    "flatten_plan",
+    "k_tiles",
+    "MAX_EMPTY_PARTS",
 ]
 
 #: Slow accumulation starts a new chain every 128 elements of K (seeds 001, 002; RTX 4060 recordings).
@@ -204,6 +210,31 @@ def _chains(sequence: Ranges, fast: bool) -> tuple[Ranges, ...]:
     return cut_chains(sequence, SLOW_CHUNK)
 
 
+#: The most parts without a k-tile a split may have: the recorded tables of both reference GPUs
+#: never hold more (RTX 4060: S = 3 on a single 64-wide tile; recorded calls replay with them).
+MAX_EMPTY_PARTS = 2
+
+
+def k_tiles(k: int, scheme: Scheme) -> int:
+    """How many k-tiles a reduction of length ``k`` has in a split family (0 for an unsplit call)."""
+    if scheme is Scheme.NONE:
+        return 0
+    width = CONTIGUOUS_TILE if scheme is Scheme.CONTIGUOUS else ROUND_ROBIN_TILE
+    return -(-k // width)
+
+
+def _check_parts(k: int, split: SplitK) -> None:
+    """Refuse a split with more parts than k-tiles plus :data:`MAX_EMPTY_PARTS` (K > 0)."""
+    tiles = k_tiles(k, split.scheme)
+    if k > 0 and split.parts > 1 and split.parts > tiles + MAX_EMPTY_PARTS:
+        width = CONTIGUOUS_TILE if split.scheme is Scheme.CONTIGUOUS else ROUND_ROBIN_TILE
+        raise ValueError(
+            f"splitk={split!r} over K = {k}: S = {split.parts} parts for {tiles} k-tile(s) of {width}; at most "
+            f"{tiles + MAX_EMPTY_PARTS} parts are accepted (no reference GPU leaves more than {MAX_EMPTY_PARTS} "
+            "parts without a k-tile). Pass the split the reference GPU used (mmaemu.explain shows it)."
+        )
+
+
 def plan_accumulation(k: int, *, fast: bool, split: SplitK) -> AccumulationPlan:
     """The chains of a GEMM output of reduction length ``k``.
 
@@ -216,53 +247,175 @@ def plan_accumulation(k: int, *, fast: bool, split: SplitK) -> AccumulationPlan:
     """
     if k < 0:
         raise ValueError("k must be >= 0")
+    _check_parts(k, split)
     ranges = _part_ranges(k, split)
     parts = tuple(_chains(r, fast) for r in ranges)
     empty = tuple(i for i, p in enumerate(parts) if not p) if split.parts > 1 else ()
     return AccumulationPlan(k=k, fast=fast, split=split, parts=parts, empty_parts=empty)
 
 
-def pairwise_order(parts: int) -> list[int]:
-    """The order in which the ``pairwise`` scheme adds its S part results (serially, in fp32).
+def combination_steps(parts: int, scheme: Scheme) -> tuple[tuple[int, ...], ...]:
+    """How the fp32 part results of a split are added: a sequence of steps.
 
-    Pair part j with part ``j + h`` (``h = ceil(S / 2)``), giving ``floor(S / 2)`` pairs; take the
-    pairs alternately from the front (in order ``j, j + h``) and from the back (reversed,
-    ``j + h, j``); for odd S the unpaired part ``h - 1`` comes last. S = 3: ``0, 2, 1``, the
-    ``(p2 + p0) + p1`` of the seeds; S = 8: ``0, 4, 7, 3, 1, 5, 6, 2``.
+    Each step is ``(j,)`` (part j joins the running total) or ``(a, b)`` (parts a and b are added
+    to each other first, and their fp32 sum joins the total). The first step starts the total
+    (no addition). Every addition is fp32, round to nearest even.
 
-    [Note: pairwise order] Fitted to the RTX 4060 recordings (all 501 pairwise outputs, S = 2 to
-    16, 24 and 32, replay with 0 mismatches; the rule was found on S <= 8 and then held for every
-    larger S). The halving-stride tree that fits S = 3 fails 33 of them. For large S the
-    recordings constrain mainly the first additions, so the order of the later ones is the
-    simplest rule consistent with the data, not an observed fact.
+    - ``serial`` and ``contiguous``: ``(0,), (1,), ..., (S - 1,)``.
+    - ``pairwise``: see :func:`pairwise_steps`.
 
     Example:
-        >>> pairwise_order(6)
-        [0, 3, 5, 2, 1, 4]
+        >>> combination_steps(3, Scheme.SERIAL)
+        ((0,), (1,), (2,))
     """
+    if scheme is Scheme.PAIRWISE:
+        return pairwise_steps(parts)
+    return tuple((j,) for j in range(parts))
+
+
+def pairwise_steps(parts: int) -> tuple[tuple[int, ...], ...]:
+    """The steps of the ``pairwise`` combination (RTX 4060, cuBLASLt customOption 1).
+
+    Part j is paired with part ``j + h``, ``h = ceil(S / 2)``, for ``j < P = floor(S / 2)``; for
+    odd S part ``h - 1`` has no partner. The total is built as
+
+    1. ``p[0] + p[h]`` (pair 0);
+    2. ``+ p[S - 1]``, then ``+ p[P - 1]``: the last pair joins one part at a time, upper part first;
+    3. ``+ (p[j] + p[j + h])`` for ``j = 1 .. P - 2`` in increasing order: each remaining pair is
+       summed first and its sum joins the total;
+    4. for odd S, ``+ p[h - 1]`` last.
+
+    S = 2: ``p0 + p1``; S = 3: ``(p0 + p2) + p1`` (the seeds' ``(p2 + p0) + p1``);
+    S = 8: ``((((p0 + p4) + p7) + p3) + (p1 + p5)) + (p2 + p6)``.
+
+    [Note: pairwise combination] Where the rule comes from. With cuBLASLt's compute-type
+    reduction (every pairwise split row of the RTX 4060 table has reduction scheme 2) the parts
+    are written to the workspace in fp32 and summed by a separate reduction. A pairwise reduction
+    reads slice j together with slice ``j + h`` and adds them before the pair joins the running
+    total; the recordings show the last pair handled apart, one slice at a time right after pair
+    0 (as a reduction loop whose last iteration is peeled into its prologue would), and the odd
+    slice last. That is a plausible mechanism, not an observed kernel: the rule is what the
+    recordings decide, and the recordings that decide each of its features are these
+    (``recordings/rtx4060`` ids, and the four of ``recordings/rtx4060-pairwise``):
+
+    - pairs summed before they join the total, not added one part at a time: ``tri_big_0_9.1``
+      (S = 20: parts 1 and 11 hold +-65536, part 0 holds 2^-12, and the hardware kept 2^-12) and
+      ``c5.j5_cublaslt/59``, ``/65`` (S = 10, 11). The serial order fitted on S <= 8
+      (0, h, S-1, P-1, 1, 1+h, S-2, P-2, ...) fails exactly these and ``c5.j5_cublaslt/89``.
+    - the remaining pairs in increasing j: ``tri_big_0_9.4`` (S = 24) and ``c5.j5_cublaslt/89``
+      (S = 15) fail decreasing order.
+    - the last pair one part at a time, upper part first, right after pair 0: the ``adv_split``
+      records (a large part 0, a nearly opposite part S - 1, small parts between). Summing the
+      last pair first fails 24 of them (e.g. ``r4_038``, ``r4_039``, ``r4_040`` at S = 4,
+      ``r4b_109``, ``r4_244`` at S = 8); lower part first fails 22 (e.g. ``r4b_112``); joining it
+      after the other pairs fails 19 (e.g. ``r4_107``, ``r4_243`` at S = 8 and
+      ``c5.v4_torch_demo/16x96x5760/ws32M.float32.slow`` at S = 6).
+    - the odd part last: taking it right after pair 0 fails 8 records: ``r4_062``, ``r4_208``,
+      ``r4_209``, ``r4b_211`` (S = 5), ``r4_100``, ``r4_237``, ``r4b_240`` (S = 7) and
+      ``c5.j5_cublaslt/89`` (S = 15).
+    - rejected whole: a halving-stride tree (34 records fail), a power-of-two tree (40), pairs
+      (j, j + h) summed and added in order of j (37), two interleaved accumulators (46), parts
+      added in index order (57).
+
+    The rule replays all 514 pairwise records (62,836 outputs, S = 2 to 16, 20, 24, 32) with 0
+    mismatches. For S = 17..19, 21..23 and 25..31 no record exists: the rule is extended to them
+    by the same construction, unverified.
+
+    Example:
+        >>> pairwise_steps(8)
+        ((0,), (4,), (7,), (3,), (1, 5), (2, 6))
+        >>> pairwise_steps(5)
+        ((0,), (3,), (4,), (1,), (2,))
+    """
+    if parts < 1:
+        raise ValueError("parts must be >= 1")
     h = (parts + 1) // 2
     pairs = parts - h
+    steps: list[tuple[int, ...]] = [(0,)]
+    if pairs >= 1:
+        steps.append((h,))
+    if pairs >= 2:
+        last = pairs - 1
+        steps += [(last + h,), (last,)]
+        steps += [(j, j + h) for j in range(1, last)]
+    if parts % 2 and parts > 1:
+        steps.append((h - 1,))
+    return tuple(steps)
+
+
+def flat_combination(parts: int, scheme: Scheme) -> tuple[list[int], list[int]]:
+    """:func:`combination_steps` as two arrays for the kernels: ``order`` and ``role``.
+
+    ``order`` lists every part once, in the order its result is taken; ``role[q]`` says what
+    happens to part ``order[q]``'s result: 0 it joins the total (or starts it, at q = 0), 1 it is
+    held, 2 it is added to the held result and that sum joins the total.
+
+    Example:
+        >>> flat_combination(8, Scheme.PAIRWISE)
+        ([0, 4, 7, 3, 1, 5, 2, 6], [0, 0, 0, 0, 1, 2, 1, 2])
+    """
     order: list[int] = []
-    front, back = 0, pairs - 1
-    take_front = True
-    while front <= back:
-        if take_front:
-            order += [front, front + h]
-            front += 1
-        else:
-            order += [back + h, back]
-            back -= 1
-        take_front = not take_front
-    if parts % 2:
-        order.append(h - 1)
-    return order
+    role: list[int] = []
+    for step in combination_steps(parts, scheme):
+        order += list(step)
+        role += [0] if len(step) == 1 else [1, 2]
+    return order, role
+
+
+@dataclass(frozen=True)
+class FlatPlan:
+    """An :class:`AccumulationPlan` as flat arrays, the form the compiled kernels take.
+
+    Attributes:
+        k_order: int64 ``[k]``, every k index in the order the chains consume them (part by part).
+        chain_starts: ``[n_chains + 1]``: chain c covers ``k_order[chain_starts[c]:chain_starts[c + 1]]``.
+        chain_part: ``[n_chains]``: the part each chain belongs to.
+        part_chains: ``[n_parts + 1]``: part p owns chains ``part_chains[p]:part_chains[p + 1]``.
+        order, role: the combination (:func:`flat_combination`).
+        identity: ``k_order`` is ``0, 1, ..., k - 1``.
+    """
+
+    k_order: torch.Tensor
+    chain_starts: list[int]
+    chain_part: list[int]
+    part_chains: list[int]
+    order: list[int]
+    role: list[int]
+    identity: bool
+
+
+def flatten_plan(plan: AccumulationPlan) -> FlatPlan:
+    """The one flattening of a plan for the backends' kernels (no Python list of every k index).
+
+    Example:
+        >>> f = flatten_plan(plan_accumulation(256, fast=True, split=SplitK(2, Scheme.SERIAL)))
+        >>> f.k_order[::64].tolist(), f.chain_starts, f.part_chains, f.identity
+        ([0, 128, 64, 192], [0, 128, 256], [0, 1, 2], False)
+    """
+    pieces: list[torch.Tensor] = []
+    chain_starts = [0]
+    chain_part: list[int] = []
+    part_chains = [0]
+    filled = 0
+    for p, chains in enumerate(plan.parts):
+        for chain in chains:
+            for start, stop in chain:
+                pieces.append(torch.arange(start, stop, dtype=torch.int64))
+                filled += stop - start
+            chain_starts.append(filled)
+            chain_part.append(p)
+        part_chains.append(len(chain_part))
+    k_order = torch.cat(pieces) if pieces else torch.zeros(0, dtype=torch.int64)
+    identity = bool(torch.equal(k_order, torch.arange(filled, dtype=torch.int64)))
+    order, role = flat_combination(len(plan.parts), plan.split.scheme)
+    return FlatPlan(k_order, chain_starts, chain_part, part_chains, order, role, identity)
 
 
 def combine_parts(partials: list[torch.Tensor], scheme: Scheme) -> torch.Tensor:
-    """Combine fp32 part results with fp32 additions (round to nearest even) in the scheme's order."""
-    order = pairwise_order(len(partials)) if scheme is Scheme.PAIRWISE else range(len(partials))
+    """Combine fp32 part results with fp32 additions (round to nearest even) in the scheme's steps."""
     total: torch.Tensor | None = None
-    for j in order:
-        total = partials[j] if total is None else total + partials[j]
+    for step in combination_steps(len(partials), scheme):
+        value = partials[step[0]] if len(step) == 1 else partials[step[0]] + partials[step[1]]
+        total = value if total is None else total + value
     assert total is not None
     return total

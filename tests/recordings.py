@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -13,6 +14,8 @@ import torch
 from conftest import RECORDINGS
 
 RTX4060 = RECORDINGS / "rtx4060"
+#: Four RTX 4060 outputs that decide the pairwise combination order at S = 10, 11, 15 and 20.
+RTX4060_PAIRWISE = RECORDINGS / "rtx4060-pairwise"
 
 _TORCH_DTYPES = {
     "float32": torch.float32,
@@ -57,10 +60,13 @@ class Recordings:
         return [r for r in self.records if r["kind"] == kind]
 
 
-@functools.lru_cache(maxsize=1)
-def load() -> Recordings:
-    records = [json.loads(line) for line in (RTX4060 / "records.jsonl").read_text().splitlines() if line]
-    arrays = dict(np.load(RTX4060 / "arrays.npz"))
+@functools.lru_cache(maxsize=2)
+def load(directory: Path = RTX4060) -> Recordings:
+    """The records and arrays of one recording directory (each record remembers it as ``_dir``)."""
+    records = [json.loads(line) for line in (directory / "records.jsonl").read_text().splitlines() if line]
+    for record in records:
+        record["_dir"] = directory
+    arrays = dict(np.load(directory / "arrays.npz"))
     return Recordings(records, arrays)
 
 

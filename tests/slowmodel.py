@@ -501,35 +501,34 @@ def combine_serial(parts) -> int:
 
 
 def combine_pairwise(parts) -> int:
-    """RTX 4060 customOption 1 ('pairwise'): a serial fp32 RNE sum in a fixed order of the parts.
+    """RTX 4060 customOption 1 ('pairwise'), from the wording of docs/semantics.md, section 2.
 
-    NUMERICS states only S = 3: (p2 + p0) + p1. For every S the RTX 4060 recordings fit this
-    order: lay the parts out in two rows, row 0 = 0 .. h-1 and row 1 = h .. S-1 (h = ceil(S/2));
-    walk the columns that have two entries, alternately the leftmost remaining one downwards
-    (top, bottom) and the rightmost remaining one upwards (bottom, top); then the unpaired
-    top-row part (odd S). S = 4: 0, 2, 3, 1.
+    h = ceil(S/2), P = floor(S/2). The total starts as p0, then receives p_h; then p_(S-1) and
+    p_(P-1), one at a time; then for j = 1 .. P-2 the sum (p_j + p_(j+h)), computed first; last,
+    for odd S, p_(h-1). Every addition is fp32 round-to-nearest-even.
     """
     p = list(parts)
     if not p:
         return 0x00000000
     S = len(p)
     h = -(-S // 2)
-    columns = [(j, j + h) for j in range(S - h)]
-    order = []
-    left = True
-    while columns:
-        if left:
-            top, bottom = columns.pop(0)
-            order.extend([top, bottom])
-        else:
-            top, bottom = columns.pop()
-            order.extend([bottom, top])
-        left = not left
-    order.extend(j for j in range(h) if j not in order)
-    assert sorted(order) == list(range(S))
-    acc = p[order[0]]
-    for j in order[1:]:
-        acc = fp32_add_bits(acc, p[j])
+    P = S // 2
+    acc = p[0]
+    used = [0]
+    if P >= 1:
+        acc = fp32_add_bits(acc, p[h])
+        used.append(h)
+    if P >= 2:
+        acc = fp32_add_bits(acc, p[S - 1])
+        acc = fp32_add_bits(acc, p[P - 1])
+        used += [S - 1, P - 1]
+        for j in range(1, P - 1):
+            acc = fp32_add_bits(acc, fp32_add_bits(p[j], p[j + h]))
+            used += [j, j + h]
+    if S % 2 == 1 and S > 1:
+        acc = fp32_add_bits(acc, p[h - 1])
+        used.append(h - 1)
+    assert sorted(used) == list(range(S)), "every part is added exactly once"
     return acc
 
 

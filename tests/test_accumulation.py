@@ -8,7 +8,15 @@ import pytest
 import torch
 
 import mmaemu
-from mmaemu.accumulation import Scheme, SplitK, pairwise_order, plan_accumulation
+from mmaemu.accumulation import (
+    Scheme,
+    SplitK,
+    combine_parts,
+    flat_combination,
+    flatten_plan,
+    pairwise_steps,
+    plan_accumulation,
+)
 
 
 def flat(plan: object, part: int) -> list[int]:
@@ -41,10 +49,60 @@ def test_round_robin_dealing_and_slow_chunks_per_part() -> None:
     assert plan_accumulation(128, fast=True, split=SplitK(3, Scheme.SERIAL)).empty_parts == (2,)
 
 
-@pytest.mark.parametrize("s,order", [(2, [0, 1]), (3, [0, 2, 1]), (4, [0, 2, 3, 1]), (5, [0, 3, 4, 1, 2]), (8, [0, 4, 7, 3, 1, 5, 6, 2])])
-def test_pairwise_order(s: int, order: list[int]) -> None:
-    assert pairwise_order(s) == order
-    assert sorted(pairwise_order(s)) == list(range(s))
+@pytest.mark.parametrize("s,steps", [
+    (1, [(0,)]),
+    (2, [(0,), (1,)]),
+    (3, [(0,), (2,), (1,)]),  # the seeds' (p2 + p0) + p1
+    (4, [(0,), (2,), (3,), (1,)]),
+    (5, [(0,), (3,), (4,), (1,), (2,)]),
+    (8, [(0,), (4,), (7,), (3,), (1, 5), (2, 6)]),
+    (11, [(0,), (6,), (10,), (4,), (1, 7), (2, 8), (3, 9), (5,)]),
+    (20, [(0,), (10,), (19,), (9,)] + [(j, j + 10) for j in range(1, 9)]),
+])
+def test_pairwise_steps(s: int, steps: list[tuple[int, ...]]) -> None:
+    assert list(pairwise_steps(s)) == steps
+
+
+@pytest.mark.parametrize("s", range(1, 65))
+def test_every_part_is_combined_once(s: int) -> None:
+    for scheme in (Scheme.SERIAL, Scheme.PAIRWISE, Scheme.CONTIGUOUS):
+        order, role = flat_combination(s, scheme)
+        assert sorted(order) == list(range(s))
+        assert role[0] == 0 and all(r in (0, 1, 2) for r in role)
+        assert all((role[q] == 2) == (q > 0 and role[q - 1] == 1) for q in range(s))
+
+
+def test_combine_parts_adds_pairs_before_they_join() -> None:
+    # S = 20 (recordings/rtx4060-pairwise, tri_big_0_9.1): parts 1 and 11 cancel before 2^-12 meets them
+    parts = [torch.zeros(1) for _ in range(20)]
+    parts[0], parts[1], parts[11] = torch.tensor([2.0**-12]), torch.tensor([65536.0]), torch.tensor([-65536.0])
+    assert combine_parts(parts, Scheme.PAIRWISE).item() == 2.0**-12
+    assert combine_parts(parts, Scheme.SERIAL).item() == 0.0
+
+
+def test_flatten_plan_matches_the_plan() -> None:
+    plan = plan_accumulation(64 * 7 + 16, fast=False, split=SplitK(3, Scheme.PAIRWISE))
+    flat = flatten_plan(plan)
+    assert flat.k_order.tolist() == [k for p in range(3) for k in flat_k(plan, p)]
+    assert flat.part_chains[-1] == len(flat.chain_part) == len(flat.chain_starts) - 1
+    assert not flat.identity and flatten_plan(plan_accumulation(100, fast=True, split=SplitK(1, Scheme.NONE))).identity
+
+
+def flat_k(plan: object, part: int) -> list[int]:
+    return flat(plan, part)
+
+
+@pytest.mark.parametrize("scheme,width", [("contiguous", 128), ("serial", 64), ("pairwise", 64)])
+def test_too_many_parts_for_k_are_refused(scheme: str, width: int) -> None:
+    a = torch.ones(1, 64).to(torch.float8_e4m3fn)
+    with pytest.raises(ValueError, match="k-tile"):
+        mmaemu.accumulate(a, a, use_fast_accum=True, splitk=(1_000_000, scheme))
+    # up to two parts without a k-tile are accepted (recorded on the RTX 4060: S = 3 on one tile)
+    tiles = -(-64 // width)
+    with pytest.warns(mmaemu.UnverifiedSplitWarning):
+        mmaemu.accumulate(a, a, use_fast_accum=True, splitk=(tiles + 2, scheme))
+    with pytest.raises(ValueError, match="k-tile"):
+        plan_accumulation(64, fast=True, split=SplitK(tiles + 3, Scheme(scheme)))
 
 
 @pytest.mark.parametrize("bad", [0, 2, (0, "serial"), (2, "none"), (2, "tree"), "fast", (2.0, "serial"), (True, "serial")])

@@ -213,6 +213,79 @@ def test_split_combination_order_matters_and_matches(backend: str, scheme: str) 
                 assert run_accumulate(case, backend) == slow_accumulate(case), (s, preset, fast)
 
 
+def _tri_probe(s: int, scheme: str, eps: int, plus: int, minus: int) -> dict[str, Any]:
+    """One tile a part (K = S tiles); part ``eps`` holds 2**-9, parts ``plus``/``minus`` +-448**2.
+
+    ulp(448**2) = 2**-6, so 2**-9 survives only if the two large parts cancel before it meets
+    either of them: the result tells which parts the combination adds to each other first (the
+    RTX 4060's own probes, ``tri_big``/``tri_var`` in recordings/, are built this way).
+    """
+    width = 128 if scheme == "contiguous" else 64
+    a, b = [0] * (s * width), [0] * (s * width)
+    a[eps * width], b[eps * width] = 0x01, 0x38  # 2**-9 * 1
+    a[plus * width], b[plus * width] = 0x7E, 0x7E  # 448 * 448
+    a[minus * width], b[minus * width] = 0x7E, 0xFE  # 448 * -448
+    return dict(a=[a], b=[b])
+
+
+def _random_parts(s: int, scheme: str, seed: int) -> dict[str, Any]:
+    """Every element random (E4M3, mixed signs): generic rounding in every addition of the parts."""
+    width = 128 if scheme == "contiguous" else 64
+    gen = torch.Generator().manual_seed(seed)
+    k = s * width
+    a = [int(v) for v in torch.randint(0, 0x7F, (k,), generator=gen)]
+    b = [int(v) ^ (0x80 if bool(f) else 0) for v, f in zip(torch.randint(0, 0x7F, (k,), generator=gen),
+                                                               torch.rand(k, generator=gen) < 0.5)]
+    return dict(a=[a], b=[b])
+
+
+#: S = 2 .. 32 (every S the RTX 4060 tables hold, and the gaps between them).
+_ORDER_S = list(range(2, 33))
+#: pairwise (whose order depends on S) at every S; the serial families at a sample unless --full.
+_ORDER_CASES = [(scheme, s) for scheme in ("pairwise", "serial", "contiguous") for s in _ORDER_S
+                if FULL or scheme == "pairwise" or s in (2, 3, 5, 8, 13, 21, 32)]
+
+
+@pytest.mark.parametrize("scheme,s", _ORDER_CASES)
+def test_combination_order_probes_up_to_32_parts(backend: str, scheme: str, s: int) -> None:
+    """Synthetic order-sensitive splits for S up to 32 against the slow model (bits)."""
+    gen = torch.Generator().manual_seed(1000 * s + len(scheme))
+    triples = [(0, 1, s - 1), (s - 1, 0, s // 2), ((s + 1) // 2, 0, s - 1)]
+    n_random = 40 if FULL else 4
+    for _ in range(n_random):
+        triples.append(tuple(int(v) for v in torch.randperm(s, generator=gen)[:3]) if s >= 3 else (0, 1, 1))
+    cases = [_tri_probe(s, scheme, e, p, m) for e, p, m in triples if len({e, p, m}) == 3]
+    cases.append(_random_parts(s, scheme, seed=s))
+    for parts in cases:
+        case = dict(fa="e4m3", fb="e4m3", preset="ada", fast=True, split=(s, scheme), **parts)
+        assert run_accumulate(case, backend) == slow_accumulate(case), (s, scheme, parts["a"][0].index(1) if 1 in parts["a"][0] else None)
+
+
+@pytest.mark.parametrize("s", _ORDER_S)
+def test_every_tri_probe_of_the_combination(s: int) -> None:
+    """combine_parts against the slow model's combination for placements of a tri probe.
+
+    Every placement for S <= 10 (and with ``--full``); a sample of 300 above.
+    """
+    from mmaemu.accumulation import Scheme, combine_parts
+
+    eps, big = 2.0**-9, 448.0**2
+    triples = [(e, p, m) for e in range(s) for p in range(s) for m in range(s) if len({e, p, m}) == 3]
+    if not FULL and s > 10:
+        gen = torch.Generator().manual_seed(s)
+        triples = [triples[int(i)] for i in torch.randperm(len(triples), generator=gen)[:300]]
+    if not triples:
+        return
+    values = torch.zeros(len(triples), s, dtype=torch.float32)
+    for row, (e, p, m) in enumerate(triples):
+        values[row, e], values[row, p], values[row, m] = eps, big, -big
+    for scheme, slow in (("serial", sm.combine_serial), ("pairwise", sm.combine_pairwise)):
+        got = combine_parts([values[:, j] for j in range(s)], Scheme(scheme))
+        for row, triple in enumerate(triples):
+            want = slow([f32_bits(float(v)) for v in values[row]])
+            assert f32_bits(float(got[row])) == want, (scheme, triple)
+
+
 # ---- dot ------------------------------------------------------------------------------------
 
 

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 import mmaemu
+from mmaemu.accumulation import CONTIGUOUS_TILE, MAX_EMPTY_PARTS, ROUND_ROBIN_TILE
 from conftest import FULL
 from mmaemu.testing import assert_bitwise_equal
 
@@ -57,6 +58,9 @@ def test_cpu_backend_equals_reference_backend(preset: str, pair: tuple[torch.dty
     index = CONFIGS.index((preset, pair, fast, split, kind))
     gen = torch.Generator().manual_seed(index)
     k = KS[index % len(KS)]
+    if isinstance(split, tuple):  # at most MAX_EMPTY_PARTS parts without a k-tile are accepted
+        width = CONTIGUOUS_TILE if split[1] == "contiguous" else ROUND_ROBIN_TILE
+        k = max(k, (split[0] - MAX_EMPTY_PARTS - 1) * width + 1)
     a = _operand(kind, M, k, pair[0], gen)
     b = _operand(kind, N, k, pair[1], gen)
     with warnings.catch_warnings():

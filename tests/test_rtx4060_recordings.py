@@ -8,6 +8,7 @@ at the split the hardware used. Bits must be equal: 0 mismatches.
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,13 +17,13 @@ import torch
 import mmaemu
 from conftest import require
 from mmaemu.testing import assert_bitwise_equal
-from recordings import RTX4060, fp32_scalar, load, splitk_of, torch_dtype
+from recordings import RTX4060, RTX4060_PAIRWISE, fp32_scalar, load, splitk_of, torch_dtype
 
 
-def _records(kind: str, *, error: bool = False) -> list[dict[str, Any]]:
-    if not RTX4060.exists():
+def _records(kind: str, *, error: bool = False, directory: Path = RTX4060) -> list[dict[str, Any]]:
+    if not directory.exists():
         return []
-    return [r for r in load().by_kind(kind) if ("error" in r["expect"]) == error]
+    return [r for r in load(directory).by_kind(kind) if ("error" in r["expect"]) == error]
 
 
 def _ids(records: list[dict[str, Any]]) -> list[str]:
@@ -31,12 +32,13 @@ def _ids(records: list[dict[str, Any]]) -> list[str]:
 
 def _expected(rec: dict[str, Any]) -> torch.Tensor:
     exp = rec["expect"]
-    t = load().tensor(exp["bits"], exp["dtype"])
+    t = load(rec["_dir"]).tensor(exp["bits"], exp["dtype"])
     return t.reshape(exp["shape"]) if "shape" in exp else t
 
 
 DOTS = _records("dot")
 GEMMS = _records("gemm")
+PAIRWISE = _records("gemm", directory=RTX4060_PAIRWISE)
 
 
 @pytest.fixture(autouse=True)
@@ -55,7 +57,7 @@ def test_dot_record(rec: dict[str, Any]) -> None:
 
 
 def _operands(rec: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
-    data = load()
+    data = load(rec["_dir"])
     return data.tensor(rec["a"], rec["fmt_a"]), data.tensor(rec["b"], rec["fmt_b"])
 
 
@@ -93,6 +95,18 @@ def _run_gemm(rec: dict[str, Any], backend: str) -> torch.Tensor:
 @pytest.mark.parametrize("rec", GEMMS, ids=_ids(GEMMS))
 def test_gemm_record(rec: dict[str, Any], backend: str) -> None:
     assert_bitwise_equal(_run_gemm(rec, backend), _expected(rec))
+
+
+@pytest.mark.parametrize("rec", PAIRWISE, ids=_ids(PAIRWISE))
+def test_pairwise_record(rec: dict[str, Any], backend: str) -> None:
+    """The four outputs that decide the pairwise order at S = 10, 11, 15, 20 (recordings/rtx4060-pairwise)."""
+    require(RTX4060_PAIRWISE)
+    assert_bitwise_equal(_run_gemm(rec, backend), _expected(rec))
+
+
+def test_the_pairwise_recordings_are_there() -> None:
+    require(RTX4060_PAIRWISE)
+    assert sorted(splitk_of(r)[0] for r in PAIRWISE) == [10, 11, 15, 20]  # type: ignore[index]
 
 
 def test_the_recordings_cover_the_split_families() -> None:

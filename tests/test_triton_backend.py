@@ -260,3 +260,39 @@ def test_the_gpu_compilation_is_exact_by_construction() -> None:
     for _, fma, mma, cvt, shfl in rows:
         assert (int(fma), int(mma), int(shfl)) == (0, 0, 0)
         assert int(cvt) > 0
+
+
+@pytest.mark.parametrize("s", [5, 8, 11, 15, 20, 32])
+def test_pairwise_combination_at_large_s(s: int) -> None:
+    """The pairwise steps (pairs summed before they join the total) at S up to 32."""
+    k = 64 * s
+    a = adversarial_codes(3, k, "e4m3", 300 + s)
+    b = adversarial_codes(5, k, "e4m3", 400 + s)
+    # a tri probe in row 0 / column 0: 2**-9 in part 1, +-448**2 in parts s - 1 and s // 2
+    a[0] = torch.zeros(k, dtype=torch.uint8).view(torch.float8_e4m3fn)
+    b[0] = torch.zeros(k, dtype=torch.uint8).view(torch.float8_e4m3fn)
+    av, bv = a.view(torch.uint8), b.view(torch.uint8)
+    av[0, 64], bv[0, 64] = 0x01, 0x38
+    av[0, 64 * (s - 1)], bv[0, 64 * (s - 1)] = 0x7E, 0x7E
+    av[0, 64 * (s // 2)], bv[0, 64 * (s // 2)] = 0x7E, 0xFE
+    for fast in (True, False):
+        check(a, b, ADA, fast, SplitK(s, Scheme.PAIRWISE))
+
+
+@pytest.mark.parametrize("frac", range(10, 21))
+def test_fraction_bits_with_all_zero_blocks(frac: int) -> None:
+    """F = 10..20 with blocks that are all zero while c = +0 (the clamped exponent's scale must stay finite)."""
+    from mmaemu.model import Preset  # noqa: PLC0415
+
+    block = max(b for b in (1, 2, 4, 8, 16) if frac + 2 + (b + 1).bit_length() <= 24)  # the kernel's exact range
+    preset = Preset(f"f{frac}", block_size=block, frac_bits=frac)
+    assert triton_backend.supports_preset(preset)
+    a = adversarial_codes(4, 96, "e4m3", frac)
+    b = adversarial_codes(6, 96, "e5m2", frac + 50)
+    a.view(torch.uint8)[:, :32] = 0  # the first blocks of every chain: all zero in a and b, c = +0
+    b.view(torch.uint8)[:, :32] = 0
+    a.view(torch.uint8)[1] = 0  # a row with every block zero
+    b.view(torch.uint8)[2] = 0
+    for fast in (True, False):
+        check(a, b, preset, fast, NONE)
+        check(a, b, preset, fast, SplitK(2, Scheme.SERIAL))

@@ -37,7 +37,7 @@ import threading
 import numpy as np
 import torch
 
-from ..accumulation import AccumulationPlan, Scheme, pairwise_order
+from ..accumulation import AccumulationPlan, flatten_plan
 from ..errors import BackendUnavailableError
 from ..formats import Fp8Format, fp8_format_of
 from ..model import CMode, Preset, Rounding
@@ -126,7 +126,7 @@ if numba is not None:
     def _kernel(  # pragma: no cover - compiled
         va: np.ndarray, ea: np.ndarray, vb_t: np.ndarray, eb_t: np.ndarray,
         kseq: np.ndarray, chain_start: np.ndarray, chain_part: np.ndarray,
-        n_parts: int, order: np.ndarray, block: int, frac: int,
+        n_parts: int, order: np.ndarray, role: np.ndarray, block: int, frac: int,
         m_tile: int, n_tile: int, out: np.ndarray,
     ) -> None:
         m_rows = va.shape[0]
@@ -223,9 +223,18 @@ if numba is not None:
                         partial[p, i, j] = partial[p, i, j] + c[i, j]  # fp32: chain results in K order from +0
             for i in range(mm):
                 for j in range(nn):
+                    # the scheme's steps (accumulation.flat_combination): role 0 joins the
+                    # total, 1 is held, 2 is added to the held part and the pair sum joins
                     total = partial[order[0], i, j]
+                    held = np.float32(0.0)
                     for q in range(1, n_parts):
-                        total = total + partial[order[q], i, j]
+                        value = partial[order[q], i, j]
+                        if role[q] == 1:
+                            held = value
+                        elif role[q] == 2:
+                            total = total + (held + value)
+                        else:
+                            total = total + value
                     out[m0 + i, n0 + j] = total
 
 
@@ -293,20 +302,10 @@ def _decode(codes: np.ndarray, fmt: Fp8Format, name: str) -> tuple[np.ndarray, n
     return values, exponents, inf_rows
 
 
-def _flatten(plan: AccumulationPlan) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    kseq: list[int] = []
-    starts = [0]
-    parts = []
-    for p, chains in enumerate(plan.parts):
-        for chain in chains:
-            for start, stop in chain:
-                kseq.extend(range(start, stop))
-            starts.append(len(kseq))
-            parts.append(p)
-    n_parts = len(plan.parts)
-    order = pairwise_order(n_parts) if plan.split.scheme is Scheme.PAIRWISE else list(range(n_parts))
-    return (np.asarray(kseq, np.int64), np.asarray(starts, np.int64), np.asarray(parts, np.int64),
-            np.asarray(order, np.int64))
+def _flatten(plan: AccumulationPlan) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    flat = flatten_plan(plan)
+    return (flat.k_order.numpy(), np.asarray(flat.chain_starts, np.int64), np.asarray(flat.chain_part, np.int64),
+            np.asarray(flat.order, np.int64), np.asarray(flat.role, np.int64))
 
 
 def accumulate(a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: AccumulationPlan) -> torch.Tensor:
@@ -332,10 +331,10 @@ def accumulate(a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: Accumulat
         _transpose_codes(b.detach().view(torch.uint8).contiguous().numpy(), codes_b)
         vb_t, eb_t, b_inf = _decode(codes_b, fp8_format_of(b.dtype), "b")
         if m and n and plan.k:
-            kseq, starts, parts, order = _flatten(plan)
+            kseq, starts, parts, order, role = _flatten(plan)
             m_tile, n_tile = _tiles(m, n, numba.get_num_threads())
             _kernel(va, ea, vb_t, eb_t, kseq, starts, parts,
-                    len(plan.parts), order, preset.block_size, preset.frac_bits, m_tile, n_tile, out)
+                    len(plan.parts), order, role, preset.block_size, preset.frac_bits, m_tile, n_tile, out)
     result = torch.from_numpy(out)
     if a_inf.any() or b_inf.any():  # Inf codes were zeros in the kernel: their outputs follow IEEE
         reference.recompute_infinite(result, a, b, preset, plan)

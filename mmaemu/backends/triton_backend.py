@@ -24,7 +24,7 @@ Special values:
 - Exact zero results are +0 (an integer zero converts to +0). A block result of 2**128 or more
   cannot occur for K < 2**90, so the Inf rule of the model needs no code.
 
-[Note: reachable range] The kernel clamps the block exponent E to [-110, 110] and stores zero
+[Note: reachable range] The kernel clamps the block exponent E to [-100, 100] and stores zero
 codes' exponent as -100 (int8). Inside a chain that starts from +0, the accumulator is +0 or at
 least 2**-41 (a block result is a multiple of 2**(E - F) with E >= -28 once a product is
 nonzero) and at most about 2**(31 + log2 K), so neither choice can change a result.
@@ -44,7 +44,7 @@ from types import ModuleType
 
 import torch
 
-from ..accumulation import AccumulationPlan, Scheme, pairwise_order
+from ..accumulation import AccumulationPlan, flatten_plan
 from ..errors import BackendUnavailableError
 from ..formats import decode_fp8
 from ..model import CMode, Preset, Rounding
@@ -190,23 +190,6 @@ def _decode_k_major(x: torch.Tensor, perm: torch.Tensor | None) -> tuple[torch.T
     return val_t.index_select(0, idx).view(shape), exp_t.index_select(0, idx).view(shape), has_inf
 
 
-def _flatten(plan: AccumulationPlan) -> tuple[list[int], list[int], list[int], list[int], bool]:
-    """The plan as arrays: k permutation, chain starts, each part's first chain, combine order."""
-    perm: list[int] = []
-    chain_starts = [0]
-    part_starts = [0]
-    for chains in plan.parts:
-        for chain in chains:
-            for start, stop in chain:
-                perm.extend(range(start, stop))
-            chain_starts.append(len(perm))
-        part_starts.append(len(chain_starts) - 1)
-    n_parts = len(plan.parts)
-    order = pairwise_order(n_parts) if plan.split.scheme is Scheme.PAIRWISE else list(range(n_parts))
-    identity = perm == list(range(len(perm)))
-    return perm, chain_starts, part_starts, order, identity
-
-
 def accumulate_unchecked(
     a: torch.Tensor,
     b: torch.Tensor,
@@ -231,21 +214,23 @@ def accumulate_unchecked(
         return reference.accumulate(a, b, preset, plan)
     if m == 0 or n == 0 or plan.k == 0:
         return torch.zeros((m, n), dtype=torch.float32, device=a.device)
-    perm_list, chain_starts, part_starts, order, identity = _flatten(plan)
-    perm = None if identity else torch.tensor(perm_list, dtype=torch.int64, device=a.device)
+    flat = flatten_plan(plan)
+    chain_starts, part_starts, order, role = flat.chain_starts, flat.part_chains, flat.order, flat.role
+    perm = None if flat.identity else flat.k_order.to(a.device)
     va, ea, a_inf = _decode_k_major(a, perm)
     vb, eb, b_inf = _decode_k_major(b, perm)
     kernels = _kernels()
     cfg = config or (INTERPRETER_CONFIG if interpreting() else GPU_CONFIG)
-    meta = torch.tensor([*chain_starts, *part_starts, *order], dtype=torch.int32, device=a.device)
+    meta = torch.tensor([*chain_starts, *part_starts, *order, *role], dtype=torch.int32, device=a.device)
     n_chains, n_parts = len(chain_starts) - 1, len(plan.parts)
     chain_t = meta[: n_chains + 1]
     part_t = meta[n_chains + 1 : n_chains + 2 + n_parts]
-    order_t = meta[n_chains + 2 + n_parts :]
+    order_t = meta[n_chains + 2 + n_parts : n_chains + 2 + 2 * n_parts]
+    role_t = meta[n_chains + 2 + 2 * n_parts :]
     out = torch.empty((m, n), dtype=torch.float32, device=a.device)
     grid = ((m + cfg.block_m - 1) // cfg.block_m, (n + cfg.block_n - 1) // cfg.block_n)
     kernels.chain_gemm_kernel[grid](
-        va, ea, vb, eb, out, chain_t, part_t, order_t, m, n, n_parts,
+        va, ea, vb, eb, out, chain_t, part_t, order_t, role_t, m, n, n_parts,
         BLOCK=preset.block_size, FRAC=preset.frac_bits, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
         num_warps=cfg.num_warps, enable_fp_fusion=False,
     )

@@ -11,7 +11,7 @@ Every operation is exactly defined, so every GPU returns the same bits:
 - products ``a*b`` of decoded FP8 values are fp32 multiplies of numbers with at most 4
   significant bits each: exact;
 - the scale ``2**(F - E)`` and unit ``2**(E - F)`` are built as fp32 bit patterns (E clamped
-  to [-110, 110], so both are normal numbers) and multiplying by them is exact, apart from
+  to [-100, 100], so both are normal numbers) and multiplying by them is exact, apart from
   values that fall below 2**-126, which are below 1 and truncate to 0 either way (so a GPU that
   flushes subnormals gives the same result);
 - truncation toward zero is the fp32 -> int32 conversion (round toward zero, PTX ``cvt.rzi``);
@@ -38,8 +38,8 @@ if triton is not None:
     #: stay far below every real product exponent (>= -28) and every reachable accumulator exponent.
     ZERO_EXP = tl.constexpr(-100)
     #: E is clamped into [E_MIN, E_MAX] so that 2**(F - E) and 2**(E - F) are normal fp32 numbers.
-    E_MIN = tl.constexpr(-110)
-    E_MAX = tl.constexpr(110)
+    E_MIN = tl.constexpr(-100)
+    E_MAX = tl.constexpr(100)
 
     # M and n_parts vary freely between calls: not specialising on them keeps the compiled variants few.
     @triton.jit(do_not_specialize=["M", "n_parts"])
@@ -51,7 +51,8 @@ if triton is not None:
         out_ptr,  # fp32 [M, N]
         chain_ptr,  # int32 [n_chains + 1]: chain c covers [chain[c], chain[c + 1]) of the permuted k
         part_ptr,  # int32 [n_parts + 1]: part p owns chains [part[p], part[p + 1])
-        order_ptr,  # int32 [n_parts]: the order in which part results are added
+        order_ptr,  # int32 [n_parts]: the order in which part results are taken
+        role_ptr,  # int32 [n_parts]: 0 joins the total, 1 held, 2 added to the held one, the pair sum joins
         M,
         N,
         n_parts,
@@ -71,8 +72,10 @@ if triton is not None:
         # F fraction bits of an fp32 significand (toward zero, sign-magnitude)
         keep = ~((1 << (23 - FRAC)) - 1)
         total = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        held = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
         for q in range(0, n_parts):
             part = tl.load(order_ptr + q)
+            role = tl.load(role_ptr + q)
             first_chain = tl.load(part_ptr + part)
             last_chain = tl.load(part_ptr + part + 1)
             part_total = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
@@ -107,6 +110,9 @@ if triton is not None:
                     unit = ((e_max - FRAC + 127) << 23).to(tl.float32, bitcast=True)  # 2**(E - F)
                     c = kept * unit
                 part_total = part_total + c  # fp32 RNE: chain results in K order, from +0
-            total = tl.where(q == 0, part_total, total + part_total)  # fp32 RNE, in the scheme's order
+            # the scheme's steps (accumulation.flat_combination), fp32 RNE
+            addend = tl.where(role == 2, held + part_total, part_total)
+            held = tl.where(role == 1, part_total, held)
+            total = tl.where(role == 1, total, tl.where(q == 0, addend, total + addend))
         offs = rm.to(tl.int64)[:, None] * N + rn[None, :]
         tl.store(out_ptr + offs, total, mask=mask_m[:, None] & mask_n[None, :])
