@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import types
 from pathlib import Path
 
 import pytest
@@ -55,3 +56,23 @@ except ImportError:  # pragma: no cover
 def backend(request: pytest.FixtureRequest) -> str:
     """The backend under test (all backends share one exactness suite)."""
     return str(request.param)
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_tool(name: str) -> "types.ModuleType":
+    """Import ``tools/<name>.py`` as a module (the tools are scripts, not a package)."""
+    import importlib.util
+    import sys
+
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
+        assert spec and spec.loader
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # dataclasses look their module up
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
