@@ -16,7 +16,8 @@ from .accumulation import SplitK, SplitKArg, plan_accumulation
 from .backends import Backend, accumulator_function, auto_fallback, resolve_backend
 from .backends import cpu as cpu_backend
 from .backends import triton_backend
-from .checks import CheckedCall, check_call, check_cpu_subnormals, out_resize_warning, resize_out_like_torch
+from .checks import (CheckedCall, check_call, check_cpu_subnormals, cpu_default_device, out_resize_warning,
+                     resize_out_like_torch)
 from .epilogue import epilogue
 from .errors import BackendUnavailableError, MmaemuError, UnsupportedFeatureError, UnverifiedSplitWarning
 from .formats import FP32_CANONICAL_NAN, fp8_format_of, fp8_nan_rows, from_bits
@@ -61,12 +62,13 @@ def decide_split(profile: Profile, problem: Problem, splitk: SplitKArg | str) ->
 def _run(a: torch.Tensor, b: torch.Tensor, preset: Preset, fast: bool, split: SplitK, backend: Backend) -> torch.Tensor:
     """Accumulators ``[M, N]`` of ``a [M, K]`` and ``b [N, K]``, with the NaN rule applied."""
     plan = plan_accumulation(a.shape[1], fast=fast, split=split)
-    acc = accumulator_function(backend)(a, b, preset, plan)
+    with cpu_default_device():  # the backends' plan tensors are CPU tensors whatever the default device
+        acc = accumulator_function(backend)(a, b, preset, plan)
     # NaN rule: a NaN code anywhere in row m of a or row n of b makes output (m, n) NaN.
     nan_rows = fp8_nan_rows(a)
     nan_cols = fp8_nan_rows(b)
     if bool(nan_rows.any() or nan_cols.any()):
-        canonical = from_bits(torch.tensor(FP32_CANONICAL_NAN, dtype=torch.int32), torch.float32).to(acc.device)
+        canonical = from_bits(torch.tensor(FP32_CANONICAL_NAN, dtype=torch.int32, device=acc.device), torch.float32)
         acc = torch.where(nan_rows[:, None] | nan_cols[None, :], canonical, acc)
     return acc
 

@@ -37,6 +37,7 @@ cuBLASLt reports for it is unverified (mmaemu reports CUBLAS_STATUS_NOT_SUPPORTE
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import math
 import warnings
@@ -245,6 +246,18 @@ def check_cpu_subnormals() -> None:
             "torch.set_flush_denormal(True)); mmaemu's exact arithmetic needs IEEE subnormals: call "
             "torch.set_flush_denormal(False) before mmaemu (and check that no library turned FTZ/DAZ on)"
         )
+
+
+def cpu_default_device() -> contextlib.AbstractContextManager[object]:
+    """A block in which tensors made without ``device=`` are CPU tensors, as in a fresh process.
+
+    mmaemu makes its plans and constants without ``device=`` (on the CPU) and moves them where they
+    are used; under ``torch.set_default_device("meta")`` or ``"cuda"`` they would be made there
+    instead (meta tensors hold no values). Nothing is pushed when the default already is the CPU.
+    """
+    if torch.get_default_device().type == "cpu":
+        return contextlib.nullcontext()
+    return torch.device("cpu")
 
 
 def _check_not_meta(mat1: torch.Tensor) -> None:

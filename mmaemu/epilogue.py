@@ -31,7 +31,7 @@ def canonicalize_nan(out: torch.Tensor, nan: torch.Tensor) -> torch.Tensor:
     fmt = out_format_of(out.dtype)
     if bool(nan.any()):
         view = bits_of(out)
-        view[nan] = torch.tensor(fmt.canonical_nan, dtype=torch.int64).to(view.dtype)
+        view[nan] = torch.tensor(fmt.canonical_nan, dtype=torch.int64, device=view.device).to(view.dtype)
     return out
 
 

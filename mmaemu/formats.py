@@ -176,7 +176,7 @@ def bits_of(x: torch.Tensor) -> torch.Tensor:
 
 def from_bits(bits: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """Reinterpret an integer tensor of bit patterns as ``dtype`` (the inverse of :func:`bits_of`)."""
-    width = torch.empty((), dtype=dtype).element_size() * 8
+    width = dtype.itemsize * 8
     return bits.to(_INT_VIEW[width]).view(dtype)
 
 
@@ -257,7 +257,7 @@ def decode_fp8(x: torch.Tensor) -> DecodedFp8:
     exponent = torch.clamp(field - fmt.bias, min=fmt.emin)
     exponent = torch.where(significand != 0, exponent, torch.full_like(exponent, EXPONENT_OF_ZERO))
     negative = (code >> 7) == 1
-    value = torch.where(finite, x.to(torch.float32), torch.zeros((), dtype=torch.float32))
+    value = torch.where(finite, x.to(torch.float32), torch.zeros((), dtype=torch.float32, device=x.device))
     return DecodedFp8(
         value=value,
         exponent=exponent.to(torch.int16),

@@ -388,8 +388,8 @@ def _apply_specials(
         return result
     result = torch.where(pos_inf, float("inf"), result)
     result = torch.where(neg_inf, float("-inf"), result)
-    canonical = from_bits(torch.tensor(FP32_CANONICAL_NAN, dtype=torch.int32), torch.float32)
-    return torch.where(nan, canonical.to(result.device), result)
+    canonical = from_bits(torch.tensor(FP32_CANONICAL_NAN, dtype=torch.int32, device=result.device), torch.float32)
+    return torch.where(nan, canonical, result)
 
 
 def chain(
@@ -534,6 +534,6 @@ def dot(
     acc = chain(a_ops, b_ops, acc, resolved, has_inf=has_inf)
     nan = fp8_nan_rows(a) | fp8_nan_rows(b)
     if bool(nan.any()):
-        canonical = from_bits(torch.tensor(FP32_CANONICAL_NAN, dtype=torch.int32), torch.float32)
-        acc = torch.where(nan.expand(batch), canonical.to(acc.device), acc)
+        canonical = from_bits(torch.tensor(FP32_CANONICAL_NAN, dtype=torch.int32, device=acc.device), torch.float32)
+        acc = torch.where(nan.expand(batch), canonical, acc)
     return acc
