@@ -236,7 +236,10 @@ def bitwise_diff(actual: torch.Tensor, expected: torch.Tensor) -> BitwiseDiff:
     if kind is _Kind.FLOAT:
         values_a, values_e = lanes_a.to(torch.float64), lanes_e.to(torch.float64)
         nan_a, nan_e = torch.isnan(values_a), torch.isnan(values_e)
-        zero_sign_lane = differ_lane & (values_a == 0) & (values_e == 0)
+        # zeros by their bits too: under flush-to-zero (DAZ) a subnormal converts to 0
+        magnitude = (1 << (width - 1)) - 1
+        zero_a, zero_e = (values_a == 0) & ((got & magnitude) == 0), (values_e == 0) & ((want & magnitude) == 0)
+        zero_sign_lane = differ_lane & zero_a & zero_e
     elif kind is _Kind.EXPONENT:
         nan_a, nan_e = got == 0xFF, want == 0xFF
     nan_payload_lane = differ_lane & nan_a & nan_e
