@@ -7,8 +7,12 @@ The contract (arguments, defaults, what raises) is torch 2.7.1's ``torch._scaled
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -192,8 +196,8 @@ def accumulate(
     if a.device.type == "cpu":
         check_cpu_subnormals()
     plan = plan_accumulation(a.shape[1], fast=fast, split=split)
-    if plan.empty_parts:
-        warnings.warn(_empty_parts_message(split, plan.k, plan.empty_parts), UnverifiedSplitWarning, stacklevel=2)
+    if plan.unverified_empty_parts:
+        warnings.warn(_empty_parts_message(split, plan.k, plan.unverified_empty_parts), UnverifiedSplitWarning, stacklevel=2)
     return _run(a, b, prof.preset, fast, split, chosen)
 
 
@@ -284,8 +288,8 @@ def _prepare(
         split = decision.split
         _check_preset_supports(prof.preset, checked.fast, split)
         plan = plan_accumulation(checked.k, fast=checked.fast, split=split)
-        if plan.empty_parts:
-            warnings.warn(_empty_parts_message(split, plan.k, plan.empty_parts), UnverifiedSplitWarning,
+        if plan.unverified_empty_parts:
+            warnings.warn(_empty_parts_message(split, plan.k, plan.unverified_empty_parts), UnverifiedSplitWarning,
                           stacklevel=4)
     resize_message = out_resize_warning(out, checked.m, checked.n)
     if resize_message is not None:
@@ -296,8 +300,36 @@ def _prepare(
 def _empty_parts_message(split: SplitK, k: int, empty: tuple[int, ...]) -> str:
     return (
         f"split-K {split!r} over K = {k}: parts {list(empty)} own no k-tile; they are modelled as +0, which no "
-        "hardware recording has shown"
+        "contiguous-family (H100) recording has shown"
     )
+
+
+_RECORDING = threading.Lock()
+
+
+@contextlib.contextmanager
+def _record_warnings() -> Iterator[list[tuple[str, str]]]:
+    """``(class name, message)`` of every warning this thread emits in the block, none of them shown.
+
+    ``warnings.catch_warnings`` changes process-wide state: explains in other threads take turns
+    (so the filters are restored exactly), and other threads' warnings go on to the display they
+    had, rather than into this thread's plan.
+    """
+    caught: list[tuple[str, str]] = []
+    me = threading.get_ident()
+    with _RECORDING, warnings.catch_warnings():
+        warnings.simplefilter("always")
+        shown = warnings.showwarning
+
+        def route(message: Any, category: type[Warning], filename: str, lineno: int, file: Any = None,
+                  line: str | None = None) -> None:
+            if threading.get_ident() == me:
+                caught.append((category.__name__, str(message)))
+            else:
+                shown(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = route
+        yield caught
 
 
 def explain(
@@ -338,8 +370,7 @@ def explain(
     chosen: Backend | None = None
     checked: CheckedCall | None = None
     validation: str | tuple[str, str] = "ok"
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with _record_warnings() as caught:
         try:
             prof, checked, decision, chosen = _prepare(
                 mat1, mat2, scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum, out,
@@ -372,7 +403,7 @@ def explain(
         out_dtype=dtype_name,
         shape=shape,
         use_fast_accum=bool(use_fast_accum),
-        warnings=tuple((w.category.__name__, str(w.message)) for w in caught),
+        warnings=tuple(caught),
     )
 
 
