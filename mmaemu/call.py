@@ -466,6 +466,8 @@ def scaled_mm(
             bool); ``profile`` or ``backend`` of the wrong type.
         KeyError: a profile name used before the rename (the message names the new one).
         RuntimeError: an ``out`` that shares memory with what the call reads (see ``out``).
+            An ``out`` made under ``torch.inference_mode()`` and passed outside it raises torch's
+            error (a ``ReferenceRejectsError``) before anything is written.
         MmaemuError: the CPU flushes subnormals.
 
     Every refusal happens before anything is modified.

@@ -57,6 +57,7 @@ __all__ = [
     "out_resize_warning",
     "resize_out_like_torch",
     "OUT_REQUIRES_GRAD_MESSAGE",
+    "OUT_INFERENCE_TENSOR_MESSAGE",
 ]
 
 _SCALAR_TYPE_NAMES = {
@@ -94,6 +95,11 @@ ALIGNMENT_BYTES = 16
 OUT_REQUIRES_GRAD_MESSAGE = (
     "aten::_scaled_mm(): functions with out=... arguments don't support automatic differentiation, but one of "
     "the arguments requires grad."
+)
+#: torch's message for an inference tensor written outside inference mode (torch writes it first)
+OUT_INFERENCE_TENSOR_MESSAGE = (
+    "Inplace update to inference tensor outside InferenceMode is not allowed.You can make a clone to get a normal "
+    "tensor before doing inplace update.See https://github.com/pytorch/rfcs/pull/17 for more details."
 )
 
 
@@ -358,6 +364,8 @@ def check_call(
     _check_types(mat1, mat2, scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum, out)
     if out is not None and out.requires_grad and out.is_leaf and torch.is_grad_enabled():
         raise _reject(OUT_REQUIRES_GRAD_MESSAGE)  # torch's autograd layer, before the kernel's checks
+    if out is not None and out.is_inference() and not torch.is_inference_mode_enabled():
+        raise _reject(OUT_INFERENCE_TENSOR_MESSAGE)  # torch raises it too, but after writing out
     _check_devices([("out", out), ("self", mat1), ("mat2", mat2), ("scale_a", scale_a), ("scale_b", scale_b),
                     ("bias", bias), ("scale_result", scale_result)])
     _check_not_meta(mat1)
