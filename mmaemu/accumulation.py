@@ -16,10 +16,14 @@ the fp32 partial results are added*; the arithmetic of a chain is :mod:`mmaemu.m
     part ``t mod S``; ``serial`` adds the parts in index order, ``pairwise`` by the steps of
     :func:`pairwise_steps`.
 
-[Note: empty parts] A part that owns no k-tile (possible only for ``contiguous`` when
-``ceil(K/128)`` is not a multiple of S with a large remainder, or for round-robin when S exceeds the
-number of tiles) has never been observed on hardware. It is modelled as contributing +0 and the
-plan records it so that the call warns (:class:`~mmaemu.errors.UnverifiedSplitWarning`).
+[Note: empty parts] A part that owns no k-tile contributes +0. In the round-robin family this is
+hardware evidence: the RTX 4060 table splits K = 16 three ways (one 64-wide tile), and recorded
+calls with S = 2 and 3 on a single tile (e.g. ``c4.V1/v1_627``, ``c4.V3/v3_1366``, the
+``epilogue.*`` records with K = 32) replay with it. In the contiguous family no H100 table row or
+recorded call has a part without a tile: there it is modelled the same way and the plan marks it
+(:attr:`AccumulationPlan.unverified_empty_parts`) so that the call warns
+(:class:`~mmaemu.errors.UnverifiedSplitWarning`). A split with more than
+:data:`MAX_EMPTY_PARTS` parts without a tile is refused (no table of either GPU has one).
 
 [Note: contiguous remainder] Which tiles the last contiguous parts own when the tile count is not
 a multiple of S is from the H100 table's metadata and 1,040 live calls with K % 128 != 0 (seeds);
@@ -53,6 +57,7 @@ __all__ = [
     "flatten_plan",
     "k_tiles",
     "MAX_EMPTY_PARTS",
+    "empty_part_count",
 ]
 
 #: Slow accumulation starts a new chain every 128 elements of K (seeds 001, 002; RTX 4060 recordings).
@@ -153,6 +158,11 @@ class AccumulationPlan:
     parts: tuple[tuple[Ranges, ...], ...]
     empty_parts: tuple[int, ...]
 
+    @property
+    def unverified_empty_parts(self) -> tuple[int, ...]:
+        """Empty parts that no hardware evidence covers (contiguous family only; see the module note)."""
+        return self.empty_parts if self.split.scheme is Scheme.CONTIGUOUS else ()
+
     def part_sequence(self, part: int) -> Ranges:
         """All k ranges of a part, in the order its chains consume them."""
         return tuple(r for chain in self.parts[part] for r in chain)
@@ -210,8 +220,8 @@ def _chains(sequence: Ranges, fast: bool) -> tuple[Ranges, ...]:
     return cut_chains(sequence, SLOW_CHUNK)
 
 
-#: The most parts without a k-tile a split may have: the recorded tables of both reference GPUs
-#: never hold more (RTX 4060: S = 3 on a single 64-wide tile; recorded calls replay with them).
+#: The most parts without a k-tile a split may have: no row of either reference GPU's table has
+#: more (RTX 4060: S = 3 on a single 64-wide tile; recorded calls replay with them).
 MAX_EMPTY_PARTS = 2
 
 
@@ -223,15 +233,28 @@ def k_tiles(k: int, scheme: Scheme) -> int:
     return -(-k // width)
 
 
-def _check_parts(k: int, split: SplitK) -> None:
-    """Refuse a split with more parts than k-tiles plus :data:`MAX_EMPTY_PARTS` (K > 0)."""
+def empty_part_count(k: int, split: SplitK) -> int:
+    """How many parts of ``split`` own no k-tile over a reduction of length ``k`` (computed, not dealt)."""
     tiles = k_tiles(k, split.scheme)
-    if k > 0 and split.parts > 1 and split.parts > tiles + MAX_EMPTY_PARTS:
+    if split.parts == 1:
+        return 0
+    if split.scheme is Scheme.CONTIGUOUS:
+        per_part = -(-tiles // split.parts)  # tiles per part
+        owning = -(-tiles // per_part) if per_part else 0
+        return split.parts - owning
+    return max(0, split.parts - tiles)
+
+
+def _check_parts(k: int, split: SplitK) -> None:
+    """Refuse a split with more than :data:`MAX_EMPTY_PARTS` parts without a k-tile (K > 0)."""
+    empty = empty_part_count(k, split) if k > 0 else 0
+    if empty > MAX_EMPTY_PARTS:
+        tiles = k_tiles(k, split.scheme)
         width = CONTIGUOUS_TILE if split.scheme is Scheme.CONTIGUOUS else ROUND_ROBIN_TILE
         raise ValueError(
-            f"splitk={split!r} over K = {k}: S = {split.parts} parts for {tiles} k-tile(s) of {width}; at most "
-            f"{tiles + MAX_EMPTY_PARTS} parts are accepted (no reference GPU leaves more than {MAX_EMPTY_PARTS} "
-            "parts without a k-tile). Pass the split the reference GPU used (mmaemu.explain shows it)."
+            f"splitk={split!r} over K = {k}: {empty} of the {split.parts} parts would own none of the {tiles} "
+            f"k-tile(s) of {width}; at most {MAX_EMPTY_PARTS} are accepted (no reference GPU's table has more). "
+            "Pass the split the reference GPU used (mmaemu.explain shows it)."
         )
 
 
@@ -368,7 +391,7 @@ class FlatPlan:
     """An :class:`AccumulationPlan` as flat arrays, the form the compiled kernels take.
 
     Attributes:
-        k_order: int64 ``[k]``, every k index in the order the chains consume them (part by part).
+        k_order: int32 ``[k]``, every k index in the order the chains consume them (part by part).
         chain_starts: ``[n_chains + 1]``: chain c covers ``k_order[chain_starts[c]:chain_starts[c + 1]]``.
         chain_part: ``[n_chains]``: the part each chain belongs to.
         part_chains: ``[n_parts + 1]``: part p owns chains ``part_chains[p]:part_chains[p + 1]``.
@@ -393,7 +416,8 @@ def flatten_plan(plan: AccumulationPlan) -> FlatPlan:
         >>> f.k_order[::64].tolist(), f.chain_starts, f.part_chains, f.identity
         ([0, 128, 64, 192], [0, 128, 256], [0, 1, 2], False)
     """
-    pieces: list[torch.Tensor] = []
+    range_starts: list[int] = []
+    range_stops: list[int] = []
     chain_starts = [0]
     chain_part: list[int] = []
     part_chains = [0]
@@ -401,13 +425,19 @@ def flatten_plan(plan: AccumulationPlan) -> FlatPlan:
     for p, chains in enumerate(plan.parts):
         for chain in chains:
             for start, stop in chain:
-                pieces.append(torch.arange(start, stop, dtype=torch.int64))
+                range_starts.append(start)
+                range_stops.append(stop)
                 filled += stop - start
             chain_starts.append(filled)
             chain_part.append(p)
         part_chains.append(len(chain_part))
-    k_order = torch.cat(pieces) if pieces else torch.zeros(0, dtype=torch.int64)
-    identity = bool(torch.equal(k_order, torch.arange(filled, dtype=torch.int64)))
+    # k_order without a tensor per range: position i of range r is starts[r] + (i - offset[r])
+    starts = torch.tensor(range_starts, dtype=torch.int64)
+    lengths = torch.tensor(range_stops, dtype=torch.int64) - starts
+    offsets = torch.cumsum(lengths, 0) - lengths
+    k_order = torch.repeat_interleave((starts - offsets).to(torch.int32), lengths)
+    k_order += torch.arange(filled, dtype=torch.int32)  # int32: K < 2**31 (4 bytes an index)
+    identity = bool(torch.equal(starts, offsets))  # every range starts where the previous one stopped
     order, role = flat_combination(len(plan.parts), plan.split.scheme)
     return FlatPlan(k_order, chain_starts, chain_part, part_chains, order, role, identity)
 
