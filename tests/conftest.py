@@ -1,4 +1,4 @@
-"""Shared test configuration: where the hardware evidence lives, and the slow-test flag."""
+"""Shared test configuration: where the hardware evidence lives, the exhaustive-tier flag (FULL), the tools loader."""
 
 from __future__ import annotations
 
@@ -32,7 +32,6 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("--full"):
         os.environ["MMAEMU_FULL"] = "1"
         FULL = True
-    config.addinivalue_line("markers", "slow: exhaustive test; CI runs a sample unless --full")
 
 
 def require(path: Path) -> Path:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -35,8 +37,40 @@ def test_bench_refuses_to_time_unequal_bits(monkeypatch: pytest.MonkeyPatch, cap
     assert "bits differ" in captured.err and "cpu backend" not in captured.out.split("median times:")[-1]
 
 
-def test_first_call_latency_reports_cold_and_warm() -> None:
+def _cache_snapshot(cache: Path) -> dict[str, tuple[int, int, bytes]]:
+    """Every file under a numba cache directory, by relative path: its inode, modification time and bytes.
+
+    Numba writes a cache file to a temporary name and renames it, so a rewrite with the same bytes
+    still changes the inode and the modification time.
+    """
+    return {str(p.relative_to(cache)): (p.stat().st_ino, p.stat().st_mtime_ns, p.read_bytes())
+            for p in sorted(cache.rglob("*")) if p.is_file()}
+
+
+def test_first_call_latency_reports_cold_and_warm(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cold process compiles into an empty numba cache; the warm one loads from it and compiles nothing.
+
+    Checked on the cache directory, not on the times: the warm process leaves the cache's files
+    (the index and the machine code) as the cold one wrote them, neither rewritten nor added to.
+    """
     pytest.importorskip("numba")
+    snapshots: list[tuple[dict[str, tuple[int, int, bytes]], dict[str, tuple[int, int, bytes]]]] = []
+    real_run = subprocess.run
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        cache = Path(kwargs["env"]["NUMBA_CACHE_DIR"])
+        before = _cache_snapshot(cache)
+        proc = real_run(*args, **kwargs)
+        snapshots.append((before, _cache_snapshot(cache)))
+        return proc
+
+    monkeypatch.setattr(bench.subprocess, "run", run)
     latency = bench.first_call_latency()
     assert set(latency) == {"cold_s", "warm_s"}
-    assert latency["warm_s"] < latency["cold_s"]  # the second process loads the kernels from disk
+    assert all(isinstance(v, float) and v > 0 for v in latency.values())
+    assert len(snapshots) == 2
+    (cold_before, cold_after), (warm_before, warm_after) = snapshots
+    assert cold_before == {}  # the cold process starts from an empty cache
+    assert any(name.endswith(".nbi") for name in cold_after) and any(name.endswith(".nbc") for name in cold_after)
+    assert warm_before == cold_after
+    assert warm_after == warm_before  # the warm process compiled nothing: every kernel came from the disk cache

@@ -2,23 +2,21 @@
 
 from __future__ import annotations
 
-import importlib.util
 import platform
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
+
+from conftest import load_tool
 
 TOOL = Path(__file__).resolve().parents[1] / "tools" / "check_vectorised.py"
 
 
-def _tool():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("check_vectorised", TOOL)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def _tool() -> ModuleType:
+    return load_tool("check_vectorised")
 
 
 def _has_avx2() -> bool:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -13,16 +12,14 @@ from types import ModuleType
 import pytest
 import torch
 
+from conftest import load_tool
+
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "tools" / "device_check.py"
 
 
 def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("device_check", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_tool("device_check")
 
 
 def test_dry_run_writes_the_report(tmp_path: Path) -> None:

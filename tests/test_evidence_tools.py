@@ -2,31 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 
-import pytest
+from conftest import load_tool
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _tool(name: str) -> ModuleType:
-    sys.path.insert(0, str(ROOT / "tools"))
-    try:
-        spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
-        assert spec and spec.loader
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module  # dataclasses look their module up
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(ROOT / "tools"))
-
-
 def test_every_mutant_applies_to_the_current_source() -> None:
-    mutants = _tool("mutants")
+    mutants = load_tool("mutants")
     ids = [m.id for m in mutants.MUTANTS]
     assert len(ids) == len(set(ids))
     assert sum(m.equivalent is None for m in mutants.MUTANTS) >= 30
@@ -38,7 +22,7 @@ def test_every_mutant_applies_to_the_current_source() -> None:
 
 
 def test_the_ci_sample_covers_every_area() -> None:
-    mutants = _tool("mutants")
+    mutants = load_tool("mutants")
     sample = mutants.sample(mutants.MUTANTS)
     assert {m.path for m in sample} >= {"mmaemu/model.py", "mmaemu/accumulation.py", "mmaemu/epilogue.py",
                                         "mmaemu/backends/cpu.py"}
@@ -46,7 +30,7 @@ def test_the_ci_sample_covers_every_area() -> None:
 
 
 def test_figures_need_evidence(tmp_path: Path) -> None:
-    report = _tool("validation_report")
+    report = load_tool("validation_report")
     (tmp_path / "a.md").write_text(
         "# Title\n\nThe cpu backend is 16.1x faster.\n\n"             # a figure without evidence: flagged
         "It took 81.7 ms (`python -m mmaemu bench`).\n\n"               # with a command: fine
@@ -61,7 +45,7 @@ def test_figures_need_evidence(tmp_path: Path) -> None:
 def test_the_profiles_table_lists_the_registry() -> None:
     from mmaemu.platform import profiles
 
-    table = _tool("validation_report").profiles_table()
+    table = load_tool("validation_report").profiles_table()
     for p in profiles():
         assert f"| `{p.name}` |" in table
     assert table.count("\n") == len(profiles()) + 1

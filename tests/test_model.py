@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 
 import pytest
@@ -17,7 +18,7 @@ def test_shipped_presets() -> None:
     assert B200_MMA_SYNC.maturity is Maturity.EXPERIMENTAL
     assert (B200_MMA_SYNC.c_mode, B200_MMA_SYNC.rounding) == (CMode.ROUNDED_ADD, Rounding.NEAREST_EVEN)
     assert set(presets()) == {"hopper", "ada", "b200_mma_sync"}
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError, match="frac_bits"):
         HOPPER.frac_bits = 12  # type: ignore[misc]  # frozen
 
 
