@@ -3,7 +3,7 @@
 Runs, through the same functions the test suite uses:
 
 - each hardware-vector file (../shared/hw-vectors) through ``mmaemu.model.dot``;
-- the RTX 4060 recordings (../shared/recordings/rtx4060): ``dot`` and ``gemm`` records (outputs,
+- the RTX 4060 recordings (../shared/recordings/rtx4060 and rtx4060-pairwise): ``dot`` and ``gemm`` records (outputs,
   on every backend available here) and the ``call`` records (the API contract);
 - every row of both split-K tables, resolved by the shipped tables;
 - the differential test (cpu backend against reference backend, CI size);
@@ -112,11 +112,18 @@ def rtx4060() -> list[str]:
         n, bad = _replay(rec.GEMMS, lambda r, b=backend: rec.test_gemm_record(r, b))
         failures += bad
         lines.append(f"| `gemm` with outputs | `{backend}` | {n:,} | {outputs:,} | {len(bad)} |")
+    pairwise_outputs = sum(rec._expected(r).numel() for r in rec.PAIRWISE)
+    for backend in backends:
+        n, bad = _replay(rec.PAIRWISE, lambda r, b=backend: rec.test_pairwise_record(r, b))
+        failures += bad
+        lines.append(f"| `gemm` of `rtx4060-pairwise` (S = 10, 11, 15, 20) | `{backend}` | {n:,} | {pairwise_outputs:,} "
+                     f"| {len(bad)} |")
     for backend in backends:
         n, bad = _replay(calls.RECORDS, lambda r, b=backend: calls.test_call_record(r, b))
         failures += bad
         lines.append(f"| `call` and error `gemm` (API contract) | `{backend}` | {n:,} | - | {len(bad)} |")
-    lines.append("")
+    lines += ["", "The pairwise combination rule and the candidate rules these records reject: "
+              "`python tools/pairwise_rules.py` (`tests/test_pairwise_rules.py`).", ""]
     schemes = Counter("none" if isinstance(rec.splitk_of(r), int) else rec.splitk_of(r)[1] for r in rec.GEMMS)  # type: ignore[index]
     outs = Counter(r["out_dtype"] for r in rec.GEMMS)
     lines += ["`gemm` records by split scheme: " + ", ".join(f"{k} {v:,}" for k, v in sorted(schemes.items())) + ";",
