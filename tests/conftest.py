@@ -6,6 +6,11 @@ import os
 import types
 from pathlib import Path
 
+# Triton reads TRITON_INTERPRET when mmaemu first imports the kernels, which any test module may
+# cause while it is collected (a parametrization that asks whether the triton backend is usable):
+# set it before every test module, so the Triton tests run in the interpreter (CI has no GPU).
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
 import pytest
 from hypothesis import Phase, settings
 

@@ -262,8 +262,8 @@ def test_the_gpu_compilation_is_exact_by_construction() -> None:
         assert int(cvt) > 0
 
 
-@pytest.mark.parametrize("s", [5, 8, 11, 15, 20, 32])
-def test_pairwise_combination_at_large_s(s: int) -> None:
+@pytest.mark.parametrize("s,fast", [(5, False), (11, True), (20, True), (32, False)])
+def test_pairwise_combination_at_large_s(s: int, fast: bool) -> None:
     """The pairwise steps (pairs summed before they join the total) at S up to 32."""
     k = 64 * s
     a = adversarial_codes(3, k, "e4m3", 300 + s)
@@ -275,8 +275,7 @@ def test_pairwise_combination_at_large_s(s: int) -> None:
     av[0, 64], bv[0, 64] = 0x01, 0x38
     av[0, 64 * (s - 1)], bv[0, 64 * (s - 1)] = 0x7E, 0x7E
     av[0, 64 * (s // 2)], bv[0, 64 * (s // 2)] = 0x7E, 0xFE
-    for fast in (True, False):
-        check(a, b, ADA, fast, SplitK(s, Scheme.PAIRWISE))
+    check(a, b, ADA, fast, SplitK(s, Scheme.PAIRWISE))
 
 
 @pytest.mark.parametrize("frac", range(10, 21))
@@ -293,6 +292,4 @@ def test_fraction_bits_with_all_zero_blocks(frac: int) -> None:
     b.view(torch.uint8)[:, :32] = 0
     a.view(torch.uint8)[1] = 0  # a row with every block zero
     b.view(torch.uint8)[2] = 0
-    for fast in (True, False):
-        check(a, b, preset, fast, NONE)
-        check(a, b, preset, fast, SplitK(2, Scheme.SERIAL))
+    check(a, b, preset, frac % 2 == 0, NONE if frac % 3 else SplitK(2, Scheme.SERIAL))
