@@ -303,14 +303,10 @@ def _checked_arguments(backend: str, preset: str | Preset | None,
     """
     import torch
 
-    from .backends import Backend, cpu, triton_backend
+    from .backends import Backend, cpu, parse_backend, triton_backend
     from .errors import MmaemuError
 
-    try:
-        chosen = Backend(backend)
-    except ValueError:
-        accepted = ", ".join(repr(b.value) for b in Backend)
-        raise ValueError(f"backend={backend!r} is not a backend; accepted: {accepted}") from None
+    chosen = parse_backend(backend)
     if chosen is Backend.CPU:
         usable, why = cpu.available()
         if not usable:

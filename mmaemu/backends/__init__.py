@@ -21,7 +21,7 @@ from ..errors import BackendFallbackWarning
 from ..model import Preset
 from . import cpu, reference, triton_backend
 
-__all__ = ["Backend", "resolve_backend", "auto_fallback", "accumulator_function"]
+__all__ = ["Backend", "parse_backend", "resolve_backend", "auto_fallback", "accumulator_function"]
 
 
 class Backend(enum.Enum):
@@ -36,18 +36,28 @@ class Backend(enum.Enum):
 AccumulateFn = Callable[[torch.Tensor, torch.Tensor, Preset, AccumulationPlan], torch.Tensor]
 
 
+def parse_backend(name: str | Backend) -> Backend:
+    """The :class:`Backend` a name stands for (the one parser of backend names).
+
+    Raises:
+        ValueError: for an unknown name; the message lists the accepted ones.
+    """
+    if isinstance(name, Backend):
+        return name
+    try:
+        return Backend(name)
+    except ValueError:
+        accepted = ", ".join(repr(b.value) for b in Backend)
+        raise ValueError(f"backend={name!r} is not a backend; accepted: {accepted}") from None
+
+
 def resolve_backend(name: str | Backend, device: torch.device) -> Backend:
     """The concrete backend for ``name`` on ``device``.
 
     Raises:
         ValueError: for an unknown name; the message lists the accepted ones.
     """
-    if isinstance(name, str):
-        try:
-            name = Backend(name)
-        except ValueError:
-            accepted = ", ".join(repr(b.value) for b in Backend)
-            raise ValueError(f"backend={name!r} is not a backend; accepted: {accepted}") from None
+    name = parse_backend(name)
     if name is Backend.AUTO:
         if device.type == "cpu" and cpu.available()[0]:
             return Backend.CPU
