@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import types
+from collections.abc import Iterator
 from pathlib import Path
 
 # Triton reads TRITON_INTERPRET when mmaemu first imports the kernels, which any test module may
@@ -80,3 +81,17 @@ def load_tool(name: str) -> "types.ModuleType":
         return module
     finally:
         sys.path.remove(str(ROOT / "tools"))
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread() -> "Iterator[None]":
+    """Tiny tensors: a second torch thread only contends with the other processes on this machine.
+
+    Use with ``pytestmark = pytest.mark.usefixtures("one_torch_thread")``.
+    """
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -4,7 +4,6 @@ these tests check the analysis and the probes' power to discriminate, not any GP
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -27,13 +26,7 @@ from mmaemu.probes import (
 )
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread() -> Iterator[None]:
-    """Tiny tensors: a second torch thread only contends with the other processes on this machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def emulate(probe, preset: Preset, split: SplitK = SplitK(1, Scheme.NONE), interval: int = 128,  # type: ignore[no-untyped-def]

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import shutil
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -49,13 +48,7 @@ from mmaemu.replay import main_replay, replay
 E4 = Fp8Format.E4M3
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread() -> Iterator[None]:
-    """Tiny tensors: a second torch thread only contends with the other processes on this machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
