@@ -26,13 +26,13 @@ from .errors import (
     UnverifiedSplitWarning,
 )
 from .intercept import EmulationLog, emulate
-from .model import Preset
-from .platform import Profile, SplitDecision
+from .platforms.profiles import Profile
+from .platforms.splitk import SplitDecision
+from .presets import Preset
+from .version import __version__
 
 if TYPE_CHECKING:
-    from . import nn, ops, quantization
-
-__version__ = "0.1.0.dev0"
+    from . import nn, ops, quantization, recording
 
 __all__ = [
     "scaled_mm",
@@ -63,11 +63,12 @@ __all__ = [
     "nn",
     "ops",
     "quantization",
+    "recording",
 ]
 
 #: submodules imported on first use, so that ``import mmaemu`` stays light (``ops`` registers
 #: the ``mmaemu::scaled_mm`` operator when imported).
-_LAZY_SUBMODULES = ("nn", "ops", "quantization")
+_LAZY_SUBMODULES = ("nn", "ops", "quantization", "recording")
 
 
 def __getattr__(name: str) -> Any:

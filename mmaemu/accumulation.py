@@ -35,7 +35,7 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass
-from typing import Union
+from typing import Literal, Union
 
 import torch
 
@@ -52,6 +52,11 @@ __all__ = [
     "CONTIGUOUS_TILE",
     "ROUND_ROBIN_TILE",
     "SplitKArg",
+    "SplitKSpec",
+    "AUTO",
+    "parse_splitk",
+    "splitk_text",
+    "splitk_from_text",
     "cut_chains",
     "FlatPlan",
     "flatten_plan",
@@ -68,8 +73,11 @@ CONTIGUOUS_TILE = 128
 ROUND_ROBIN_TILE = 64
 
 
-class Scheme(enum.Enum):
-    """How K is dealt to split parts and how their partial sums are combined."""
+class Scheme(str, enum.Enum):
+    """How K is dealt to split parts and how their partial sums are combined.
+
+    A string enum: ``Scheme.PAIRWISE == "pairwise"``, so code that compared the text keeps working.
+    """
 
     NONE = "none"
     CONTIGUOUS = "contiguous"
@@ -77,7 +85,13 @@ class Scheme(enum.Enum):
     PAIRWISE = "pairwise"
 
 
+#: An explicit split: ``1``, ``(S, scheme)`` with the scheme as text or :class:`Scheme`, or a :class:`SplitK`.
 SplitKArg = Union[int, tuple[int, str], tuple[int, "Scheme"], "SplitK"]
+#: What ``splitk=`` takes: an explicit split, or ``"auto"`` (the reference platform's decision).
+SplitKSpec = Union[SplitKArg, Literal["auto"]]
+#: ``splitk="auto"``.
+AUTO: Literal["auto"] = "auto"
+_ACCEPTED = "'auto', 1, (S, 'contiguous'), (S, 'serial') or (S, 'pairwise')"
 
 
 @dataclass(frozen=True)
@@ -133,8 +147,58 @@ class SplitK:
             return SplitK(parts, scheme)
         raise ValueError(f"splitk={value!r} is not a split-K form; accepted: {accepted}")
 
+    @property
+    def text(self) -> str:
+        """The split's one text form: ``"1"`` or ``"S,scheme"`` (command line, operator schema, reports)."""
+        return "1" if self.parts == 1 else f"{self.parts},{self.scheme.value}"
+
     def __repr__(self) -> str:
         return "SplitK(1)" if self.parts == 1 else f"SplitK({self.parts}, {self.scheme.value!r})"
+
+
+def parse_splitk(value: object) -> SplitK | Literal["auto"]:
+    """The one normaliser of a ``splitk=`` argument: ``"auto"``, or the explicit :class:`SplitK`.
+
+    Raises:
+        ValueError: anything but ``"auto"`` or an explicit split (:meth:`SplitK.parse`); the message
+            lists the accepted values.
+    """
+    if isinstance(value, str):
+        if value == AUTO:
+            return AUTO
+        raise ValueError(f"splitk={value!r}: accepted values are {_ACCEPTED}")
+    return SplitK.parse(value)  # type: ignore[arg-type]  # anything else raises ValueError there
+
+
+def splitk_text(value: object) -> str:
+    """A ``splitk=`` argument as text: ``"auto"``, ``"1"`` or ``"S,scheme"`` (see :func:`splitk_from_text`).
+
+    Raises:
+        ValueError: an invalid ``splitk`` (:func:`parse_splitk`).
+    """
+    split = parse_splitk(value)
+    return AUTO if isinstance(split, str) else split.text
+
+
+def splitk_from_text(text: str) -> SplitK | Literal["auto"]:
+    """The inverse of :func:`splitk_text` (surrounding spaces ignored): ``"auto"``, ``"1"`` or ``"S,scheme"``.
+
+    Raises:
+        ValueError: any other text; the message lists the accepted forms.
+    """
+    text = text.strip()
+    if text == AUTO:
+        return AUTO
+    fields = [f.strip() for f in text.split(",")]
+    try:
+        if len(fields) == 1:
+            return SplitK.parse(int(fields[0]))
+        if len(fields) == 2:
+            return SplitK.parse((int(fields[0]), fields[1].lower()))
+    except ValueError as exc:
+        if "accepted" in str(exc):
+            raise ValueError(f"{text!r}: {exc} (as text: auto, 1 or S,scheme)") from None
+    raise ValueError(f"{text!r} is not a split-K form; as text: auto, 1 or S,scheme (e.g. 4,pairwise)")
 
 
 Ranges = tuple[tuple[int, int], ...]

@@ -29,9 +29,9 @@ from typing import TextIO
 
 import torch
 
-from . import __version__
 from .call import explain, scaled_mm
 from .testing import assert_bitwise_equal
+from .version import __version__
 
 __all__ = ["Config", "CONFIGS", "median_time", "first_call_latency", "main_bench", "refusal", "run"]
 

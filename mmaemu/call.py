@@ -16,47 +16,33 @@ from typing import Any
 
 import torch
 
-from .accumulation import SplitK, SplitKArg, plan_accumulation
-from .backends import Backend, accumulator_function, auto_fallback, resolve_backend
-from .backends import cpu as cpu_backend
-from .backends import triton_backend
-from .checks import (CheckedCall, check_call, check_cpu_subnormals, cpu_default_device, out_resize_warning,
-                     resize_out_like_torch)
+from .accumulation import AUTO, SplitK, SplitKArg, SplitKSpec, parse_splitk, plan_accumulation
+from .backends import Backend, accumulator_function, auto_fallback, parse_backend, require, resolve_backend
+from .checks import CheckedCall, check_call, out_resize_warning, resize_out_like_torch
 from .epilogue import epilogue
-from .errors import BackendUnavailableError, MmaemuError, UnsupportedFeatureError, UnverifiedSplitWarning
-from .formats import FP32_CANONICAL_NAN, fp8_format_of, fp8_nan_rows, from_bits
-from .model import CMode, Preset
-from .platform import (
-    Problem,
-    Profile,
-    SplitDecision,
-    SplitSource,
-    combo_verified,
-    get_profile,
-    resolve_splitk,
-    split_warnings,
-)
+from .errors import MmaemuError, UnsupportedFeatureError, UnverifiedSplitWarning
+from .formats import OutFormat, fp8_format_of, fp8_nan_rows
+from .host import check_cpu_subnormals, cpu_default_device
+from .platforms.profiles import Profile, get_profile
+from .platforms.splitk import Problem, SplitDecision, SplitSource, combo_verified, resolve_splitk, split_warnings
+from .presets import CMode, Preset
 
 __all__ = ["scaled_mm", "accumulate", "explain", "CallPlan", "decide_split"]
 
 
-def decide_split(profile: Profile, problem: Problem, splitk: SplitKArg | str) -> SplitDecision:
+def decide_split(profile: Profile, problem: Problem, splitk: SplitKSpec) -> SplitDecision:
     """The split-K decision for a call: explicit, or resolved from the profile's evidence.
 
     Raises:
         SplitKUnknownError: ``splitk="auto"`` and no evidence decides the shape.
         ValueError: an invalid ``splitk`` value.
     """
-    if isinstance(splitk, str):
-        if splitk != "auto":
-            raise ValueError(
-                f"splitk={splitk!r}: accepted values are 'auto', 1, (S, 'contiguous'), (S, 'serial') "
-                "or (S, 'pairwise')"
-            )
+    split = parse_splitk(splitk)
+    if split == AUTO:
         return resolve_splitk(profile, problem)
-    split = SplitK.parse(splitk)
+    assert isinstance(split, SplitK)
     decision = SplitDecision(
-        split.parts, split.scheme.value, SplitSource.EXPLICIT.value,
+        split.parts, split.scheme, SplitSource.EXPLICIT,
         combo_verified(profile, problem, split.parts, split.scheme), None, "passed as splitk=",
     )
     split_warnings(profile, problem, decision)
@@ -72,8 +58,7 @@ def _run(a: torch.Tensor, b: torch.Tensor, preset: Preset, fast: bool, split: Sp
     nan_rows = fp8_nan_rows(a)
     nan_cols = fp8_nan_rows(b)
     if bool(nan_rows.any() or nan_cols.any()):
-        canonical = from_bits(torch.tensor(FP32_CANONICAL_NAN, dtype=torch.int32, device=acc.device), torch.float32)
-        acc = torch.where(nan_rows[:, None] | nan_cols[None, :], canonical, acc)
+        acc = torch.where(nan_rows[:, None] | nan_cols[None, :], OutFormat.FLOAT32.nan_tensor(acc.device), acc)
     return acc
 
 
@@ -82,42 +67,6 @@ def _check_preset_supports(preset: Preset, fast: bool, split: SplitK) -> None:
         raise UnsupportedFeatureError(
             f"preset {preset.name!r}: slow accumulation and split-K are not characterised for it"
         )
-
-
-def _backend_arg(backend: object) -> str | Backend:
-    """``backend=`` checked for type: a string (or a :class:`Backend`); its value is checked by resolve_backend."""
-    if isinstance(backend, (str, Backend)):
-        return backend
-    accepted = ", ".join(repr(b.value) for b in Backend)
-    raise TypeError(f"backend must be a string, not {type(backend).__name__}: pass one of {accepted}")
-
-
-def _check_backend_usable(backend: Backend, device: torch.device) -> None:
-    """Raise what the concrete ``backend`` would raise on ``device``'s tensors, before anything runs.
-
-    Raises:
-        BackendUnavailableError: the backend cannot run here; the message says what to pass instead.
-    """
-    instead = "pass backend='auto' (it picks a backend that runs here) or backend='reference'"
-    if backend is Backend.CPU:
-        usable, reason = cpu_backend.available()
-        if not usable:
-            raise BackendUnavailableError(f"backend 'cpu' is unavailable: {reason}; {instead}")
-        if device.type != "cpu":
-            raise BackendUnavailableError(
-                f"backend 'cpu' runs on CPU tensors only, not {device.type!r} tensors; {instead}"
-            )
-    elif backend is Backend.TRITON:
-        usable, reason = triton_backend.available(device)
-        if not usable:
-            raise BackendUnavailableError(f"backend 'triton' is unavailable: {reason}; {instead}")
-        from .backends.triton_selftest import selftest  # noqa: PLC0415 - imported when triton is asked for
-
-        report = selftest(device)
-        if not report.passed:
-            raise BackendUnavailableError(
-                f"backend 'triton' failed its self-test on {report.device}: {report.summary()}; {instead}"
-            )
 
 
 def _check_fast_accum(use_fast_accum: object, where: str) -> bool:
@@ -137,7 +86,7 @@ def accumulate(
     use_fast_accum: bool,
     splitk: SplitKArg = 1,
     profile: str | Profile | None = None,
-    backend: str = "auto",
+    backend: str | Backend = "auto",
 ) -> torch.Tensor:
     """The fp32 accumulator of an FP8 GEMM, before any scaling: ``a @ b.T`` as the tensor cores add it.
 
@@ -189,10 +138,16 @@ def accumulate(
             "mmaemu computes values; tensors on the 'meta' device have none. Pass CPU or CUDA tensors"
         )
     prof = get_profile(profile)
-    split = SplitK.parse(splitk)
+    parsed = parse_splitk(splitk)
+    if not isinstance(parsed, SplitK):
+        raise ValueError(
+            "accumulate() takes an explicit split (1 or (S, scheme)): splitk='auto' is the reference GPU's "
+            "decision for a whole call (its output dtype too); use scaled_mm or explain for it"
+        )
+    split = parsed
     _check_preset_supports(prof.preset, fast, split)
-    chosen = resolve_backend(_backend_arg(backend), a.device)
-    _check_backend_usable(chosen, a.device)
+    chosen = resolve_backend(parse_backend(backend), a.device)
+    require(chosen, a.device, prof.preset)
     if a.device.type == "cpu":
         check_cpu_subnormals()
     plan = plan_accumulation(a.shape[1], fast=fast, split=split)
@@ -264,8 +219,8 @@ def _prepare(
     use_fast_accum: bool,
     out: torch.Tensor | None,
     profile: str | Profile | None,
-    splitk: SplitKArg | str,
-    backend: str,
+    splitk: SplitKSpec,
+    backend: str | Backend,
 ) -> tuple[Profile, CheckedCall, SplitDecision | None, Backend]:
     """The checks and decisions shared by :func:`scaled_mm` and :func:`explain` (raises on refusal).
 
@@ -273,17 +228,16 @@ def _prepare(
     and the result was computed. Emits torch's resize warning when ``out`` will be resized.
     """
     prof = get_profile(profile)
-    if not (isinstance(splitk, str) and splitk == "auto"):
-        SplitK.parse(splitk)  # type: ignore[arg-type]  # invalid values raise ValueError here
+    parse_splitk(splitk)  # invalid values raise ValueError here
     device = mat1.device if isinstance(mat1, torch.Tensor) else torch.device("cpu")
-    chosen = resolve_backend(_backend_arg(backend), device)
+    chosen = resolve_backend(parse_backend(backend), device)
     checked = check_call(mat1, mat2, scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum, out,
                          resize_out=False)
-    _check_backend_usable(chosen, device)
+    require(chosen, device, prof.preset)
     decision = None
     if not checked.empty:
-        assert checked.out is not None
-        problem = Problem(checked.m, checked.n, checked.k, checked.fmt_a, checked.fmt_b, checked.out, checked.fast)
+        assert checked.out_format is not None
+        problem = Problem(checked.m, checked.n, checked.k, checked.fmt_a, checked.fmt_b, checked.out_format, checked.fast)
         decision = decide_split(prof, problem, splitk)
         split = decision.split
         _check_preset_supports(prof.preset, checked.fast, split)
@@ -343,8 +297,8 @@ def explain(
     use_fast_accum: bool = False,
     *,
     profile: str | Profile | None = None,
-    splitk: SplitKArg | str = "auto",
-    backend: str = "auto",
+    splitk: SplitKSpec = "auto",
+    backend: str | Backend = "auto",
     out: torch.Tensor | None = None,
 ) -> CallPlan:
     """What :func:`scaled_mm` would do with the same arguments, without computing the GEMM.
@@ -360,7 +314,7 @@ def explain(
         >>> w = torch.zeros(5760, 1920).to(torch.float8_e4m3fn)
         >>> one = torch.tensor(1.0)
         >>> plan = mmaemu.explain(x, w.t(), one, one, out_dtype=torch.bfloat16, use_fast_accum=True)
-        >>> plan.validation, plan.split.S, plan.split.source, plan.backend
+        >>> plan.validation, plan.split.parts, plan.split.source.value, plan.backend
         ('ok', 1, 'table', 'cpu')
         >>> mmaemu.explain(x, w, one, one).validation[0]
         'ReferenceRejectsError'
@@ -418,8 +372,8 @@ def scaled_mm(
     use_fast_accum: bool = False,
     *,
     profile: str | Profile | None = None,
-    splitk: SplitKArg | str = "auto",
-    backend: str = "auto",
+    splitk: SplitKSpec = "auto",
+    backend: str | Backend = "auto",
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``torch._scaled_mm`` with the bits of the profile's reference GPU.
@@ -488,9 +442,9 @@ def scaled_mm(
     if checked.empty or decision is None:
         result = torch.zeros((checked.m, checked.n), dtype=checked.out_dtype, device=mat1.device)
     else:
-        assert checked.out is not None
+        assert checked.out_format is not None
         acc = _run(mat1, mat2.t(), prof.preset, checked.fast, decision.split, chosen)
-        result = epilogue(acc, scale_a, scale_b, out_dtype=checked.out.dtype, scale_result=scale_result)
+        result = epilogue(acc, scale_a, scale_b, out_dtype=checked.out_format.dtype, scale_result=scale_result)
     if out is not None:
         # only now, with the call decided and the result computed, is out touched (see checks [Note: out])
         resize_out_like_torch(out, checked.m, checked.n, warn=False)

@@ -37,7 +37,6 @@ cuBLASLt reports for it is unverified (mmaemu reports CUBLAS_STATUS_NOT_SUPPORTE
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import math
 import warnings
@@ -45,15 +44,15 @@ from dataclasses import dataclass
 
 import torch
 
-from .errors import MmaemuError, ReferenceRejectsError, UnsupportedFeatureError
-from .formats import Fp8Format, OutFormat
+from .errors import ReferenceRejectsError, UnsupportedFeatureError
+from .formats import Fp8Format, OutFormat, out_format_or_none
+from .host import check_cpu_subnormals
 
 __all__ = [
     "ScalingType",
     "CheckedCall",
     "check_call",
     "scalar_type_name",
-    "check_cpu_subnormals",
     "out_resize_warning",
     "resize_out_like_torch",
     "OUT_REQUIRES_GRAD_MESSAGE",
@@ -87,7 +86,6 @@ _CUDA_DATA_TYPES = {
     torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.float32,
     torch.float64, torch.bfloat16, torch.complex64, torch.complex128, torch.float8_e4m3fn, torch.float8_e5m2,
 }
-_OUT_FORMATS = {f.dtype: f for f in OutFormat}
 #: byte alignment cuBLASLt needs for FP8 operands and leading dimensions (see [Note: alignment]).
 ALIGNMENT_BYTES = 16
 #: torch's autograd layer for an ``out=`` leaf that requires grad in grad mode (torch 2.13's wording on
@@ -124,7 +122,7 @@ class CheckedCall:
         m, n, k: the GEMM shape.
         fmt_a, fmt_b: the FP8 formats of mat1 and mat2.
         out_dtype: the result dtype.
-        out: the output format (None only for an empty call whose dtype no GEMM produces).
+        out_format: the output format (None only for an empty call whose dtype no GEMM produces).
         fast: use_fast_accum.
         empty: M, N or K is 0: torch returns early (zeros when K == 0) without running cuBLASLt.
     """
@@ -135,7 +133,7 @@ class CheckedCall:
     fmt_a: Fp8Format
     fmt_b: Fp8Format
     out_dtype: torch.dtype
-    out: OutFormat | None
+    out_format: OutFormat | None
     fast: bool
     empty: bool
 
@@ -231,39 +229,6 @@ def _out_layout_ok(t: torch.Tensor) -> bool:
         return True
     m, n = t.shape
     return (t.stride(0) == 1 and t.stride(1) >= max(1, m)) or (t.stride(1) == 1 and t.stride(0) >= max(1, n))
-
-
-def check_cpu_subnormals() -> None:
-    """Raise :class:`MmaemuError` when the CPU flushes subnormals (FTZ/DAZ), detected for real.
-
-    Multiplies a subnormal by 0.5 in torch on the CPU: flush-to-zero (results) or
-    denormals-are-zero (inputs), e.g. after ``torch.set_flush_denormal(True)``, both give 0.
-    The exact arithmetic of the CPU backends relies on IEEE subnormals. The probe always runs on the
-    CPU, whatever ``torch.set_default_device`` says.
-
-    Raises:
-        MmaemuError: the CPU flushes subnormals; the message says how to turn it off.
-    """
-    tiny = torch.tensor([2.0**-140], dtype=torch.float32, device="cpu")
-    probe = float((tiny * 0.5)[0])
-    if probe != 2.0**-141:
-        raise MmaemuError(
-            "the CPU flushes subnormal floats to zero (flush-to-zero / denormals-are-zero is on, e.g. "
-            "torch.set_flush_denormal(True)); mmaemu's exact arithmetic needs IEEE subnormals: call "
-            "torch.set_flush_denormal(False) before mmaemu (and check that no library turned FTZ/DAZ on)"
-        )
-
-
-def cpu_default_device() -> contextlib.AbstractContextManager[object]:
-    """A block in which tensors made without ``device=`` are CPU tensors, as in a fresh process.
-
-    mmaemu makes its plans and constants without ``device=`` (on the CPU) and moves them where they
-    are used; under ``torch.set_default_device("meta")`` or ``"cuda"`` they would be made there
-    instead (meta tensors hold no values). Nothing is pushed when the default already is the CPU.
-    """
-    if torch.get_default_device().type == "cpu":
-        return contextlib.nullcontext()
-    return torch.device("cpu")
 
 
 def _check_not_meta(mat1: torch.Tensor) -> None:
@@ -438,7 +403,7 @@ def check_call(
                 f"false INTERNAL ASSERT FAILED at \"aten/src/ATen/cuda/CUDADataType.h\", please report a bug to "
                 f"PyTorch. Cannot convert ScalarType {scalar_type_name(dtype)} to cudaDataType."
             )
-    out_fmt = _OUT_FORMATS.get(result_dtype)
+    out_fmt = out_format_or_none(result_dtype)
     if out_fmt is None:
         raise _reject("CUDA error: CUBLAS_STATUS_NOT_SUPPORTED when calling `CUBLAS_STATUS_NOT_SUPPORTED`")
     if mat1.dtype == torch.float8_e4m3fn and mat2.dtype == torch.float8_e4m3fn and out_fmt is OutFormat.E5M2:
@@ -513,4 +478,4 @@ def _checked(
     # fnuz inputs only reach here in empty calls, which never run the arithmetic
     fmt_a = Fp8Format.E5M2 if mat1.dtype == torch.float8_e5m2 else Fp8Format.E4M3
     fmt_b = Fp8Format.E5M2 if mat2.dtype == torch.float8_e5m2 else Fp8Format.E4M3
-    return CheckedCall(m, n, k, fmt_a, fmt_b, result_dtype, _OUT_FORMATS.get(result_dtype), fast, empty)
+    return CheckedCall(m, n, k, fmt_a, fmt_b, result_dtype, out_format_or_none(result_dtype), fast, empty)

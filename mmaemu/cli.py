@@ -8,8 +8,8 @@ Commands:
 - ``bench``: the backends' speed against torch's native matmul, after checking their bits;
 - ``info``: versions, device, which profiles this machine is, backend status;
 - ``selftest``: the triton backend's kernels checked on a device;
-- ``record --out DIR``: record this GPU as a reference platform (:mod:`mmaemu.record`);
-- ``replay DIR``: replay a recording through the emulator and report (:mod:`mmaemu.replay`).
+- ``record --out DIR``: record this GPU as a reference platform (:mod:`mmaemu.recording.record`);
+- ``replay DIR``: replay a recording through the emulator and report (:mod:`mmaemu.recording.replay`).
 
 Every option is checked while the command line is parsed: a bad value is a usage error (exit status 2,
 the reason on stderr) before anything is read, computed or written.
@@ -26,12 +26,13 @@ from pathlib import Path
 
 import torch
 
-from . import __version__
-from .accumulation import plan_accumulation
-from .backends import resolve_backend
+from .accumulation import AUTO, plan_accumulation, splitk_from_text
+from .backends import CONCRETE, Backend, parse_backend, resolve_backend, supports
 from .call import decide_split, explain, scaled_mm
-from .formats import Fp8Format, OutFormat
-from .platform import Problem, get_profile
+from .formats import FORMAT_NAMES, Fp8Format, OutFormat, dtype_from_name
+from .platforms.profiles import get_profile
+from .platforms.splitk import Problem
+from .version import __version__
 
 __all__ = ["main"]
 
@@ -54,7 +55,7 @@ def _demo(args: argparse.Namespace) -> int:
     for name in ("hopper", "ada"):
         profile = get_profile(name)
         problem = Problem(m, n, k, Fp8Format.E4M3, Fp8Format.E4M3, OutFormat.BFLOAT16, True)
-        decision = decide_split(profile, problem, "auto")
+        decision = decide_split(profile, problem, AUTO)
         plan = plan_accumulation(k, fast=True, split=decision.split)
         chains = sum(len(p) for p in plan.parts)
         print(f"\nprofile {name!r}: {profile.gpu}, cuBLASLt {profile.cublaslt}, via {profile.caller.value}")
@@ -62,8 +63,9 @@ def _demo(args: argparse.Namespace) -> int:
             f"  preset {profile.preset.name!r}: blocks of {profile.preset.block_size} products, "
             f"{profile.preset.frac_bits} fraction bits ({profile.preset.maturity.value})"
         )
-        print(f"  split-K: S={decision.S} scheme={decision.scheme!r} source={decision.source!r}: {decision.note}")
-        backend = resolve_backend("auto", x.device).value
+        print(f"  split-K: S={decision.parts} scheme={decision.scheme.value!r} source={decision.source.value!r}: "
+              f"{decision.note}")
+        backend = resolve_backend(Backend.AUTO, x.device).value
         print(f"  plan: {chains} chain(s) of {-(-k // profile.preset.block_size)} blocks per output; backend {backend!r}")
         start = time.perf_counter()
         outputs[name] = scaled_mm(x, w.t(), sx, sw, out_dtype=torch.bfloat16, use_fast_accum=True, profile=name)
@@ -77,13 +79,6 @@ def _demo(args: argparse.Namespace) -> int:
     print(f"first outputs, hopper: {outputs['hopper'][0, :4].tolist()}; ada: {outputs['ada'][0, :4].tolist()}")
     print("(the first call of a process also loads, or the first time compiles, the cpu backend's kernels)")
     return 0
-
-
-_DTYPES = {
-    "bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16, "f16": torch.float16,
-    "float16": torch.float16, "fp32": torch.float32, "f32": torch.float32, "float32": torch.float32,
-    "e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2,
-}
 
 
 def _explain(args: argparse.Namespace) -> int:
@@ -106,26 +101,26 @@ def _explain(args: argparse.Namespace) -> int:
         print(f"note: the operands of this shape cannot be allocated on this machine's CPU ({reason}); "
               "planned with meta tensors, so the backend shown is not the one a CPU call would use")
     scale = torch.ones((), dtype=torch.float32, device=device)
-    plan = explain(mat1, mat2, scale, scale, out_dtype=_DTYPES[args.out], use_fast_accum=args.fast,
+    plan = explain(mat1, mat2, scale, scale, out_dtype=dtype_from_name(args.out), use_fast_accum=args.fast,
                    profile=args.profile, splitk=args.splitk, backend="auto")
     print(plan)
     return 0 if plan.ok else 1
 
 
 def _info(args: argparse.Namespace) -> int:
-    import platform as host
+    import platform
 
     import numpy
 
-    from . import cublaslt
-    from .platform import profiles
+    from .platforms import cublaslt
+    from .platforms.profiles import profiles
 
-    print(f"mmaemu {__version__}; torch {torch.__version__}; numpy {numpy.__version__}; Python {host.python_version()}")
+    print(f"mmaemu {__version__}; torch {torch.__version__}; numpy {numpy.__version__}; Python {platform.python_version()}")
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
         print(f"device: {props.name}, sm_{props.major}{props.minor}, {props.multi_processor_count} SMs")
     else:
-        print(f"device: CPU only ({host.machine()}, {torch.get_num_threads()} threads); no CUDA device")
+        print(f"device: CPU only ({platform.machine()}, {torch.get_num_threads()} threads); no CUDA device")
     usable, reason = cublaslt.available()
     print(f"cuBLASLt: {cublaslt.cublaslt_version() or 'not found'} ({'usable' if usable else reason})")
     print("profiles (reference platform; whether this machine is it, for live split-K queries):")
@@ -133,18 +128,14 @@ def _info(args: argparse.Namespace) -> int:
         here = p.table_id is not None and cublaslt.reference_platform_matches(p.gpu, p.sm_count, p.cublaslt)
         print(f"  {p.name:28s} {p.maturity.value:12s} {p.gpu}, cuBLASLt {p.cublaslt}, {p.caller.value}: "
               f"{'this machine' if here else 'not this machine'}")
-    print("backends:")
-    from .backends import cpu
-
-    print("  reference  available: exact torch model, runs on any device (CPU and CUDA)")
-    usable_cpu, why = cpu.available()
-    print(f"  cpu        {'available' if usable_cpu else 'unavailable'}: {why}; "
-          f"{'chosen by' if usable_cpu else 'not chosen by'} backend='auto' for CPU tensors")
-    from .backends import triton_backend
-
-    usable_triton, why_triton = triton_backend.available()
-    print(f"  triton     {'available' if usable_triton else 'unavailable'}: {why_triton}; chosen by "
-          "backend='auto' for CUDA tensors once 'python -m mmaemu selftest' passes on the device")
+    print("backends (from the capability table, mmaemu.backends.capabilities):")
+    devices = ["cpu", *(["cuda"] if torch.cuda.is_available() else [])]
+    auto = {d: resolve_backend(Backend.AUTO, torch.device(d)) for d in devices}
+    for backend in CONCRETE:
+        for d in devices:
+            support = supports(backend, None, (), d)
+            chosen = "; backend='auto' takes it" if auto[d] is backend else ""
+            print(f"  {backend.value:10s} {d:5s} {'available' if support else 'unavailable'}: {support.reason}{chosen}")
     return 0
 
 
@@ -161,8 +152,8 @@ def _bench(args: argparse.Namespace) -> int:
 
 def _selftest(args: argparse.Namespace) -> int:
     """Run the Triton backend's self-test on a device; 0 only if every kernel passed."""
-    from .backends.triton_backend import interpreting
-    from .backends.triton_selftest import selftest
+    from .backends.triton.backend import interpreting
+    from .backends.triton.selftest import selftest
 
     if args.device is not None:
         device = args.device
@@ -180,14 +171,14 @@ def _selftest(args: argparse.Namespace) -> int:
 
 def _record(args: argparse.Namespace) -> int:
     """Record this machine's GPU into a recording directory (exit 2 without a usable GPU)."""
-    from .record import main_record
+    from .recording.record import main_record
 
     return main_record(args.out, args.budget_minutes, args.grid, args.torch_workspace)
 
 
 def _replay(args: argparse.Namespace) -> int:
     """Replay a recording through the emulator; 0 only if everything it claims matches."""
-    from .replay import main_replay
+    from .recording.replay import main_replay
 
     return main_replay(args.dir, args.backend, args.preset, args.split_family)
 
@@ -227,35 +218,23 @@ def _shape(text: str) -> tuple[int, int, int]:
 
 
 def _fmt_pair(text: str) -> tuple[torch.dtype, torch.dtype]:
-    """``A,B``: the formats of mat1 and mat2."""
-    parts = [p.strip().lower() for p in text.split(",")]
-    accepted = ", ".join(sorted(_DTYPES))
+    """``A,B``: the formats of mat1 and mat2 (:func:`mmaemu.formats.dtype_from_name`)."""
+    parts = text.split(",")
     if len(parts) != 2:
+        accepted = ", ".join(sorted(FORMAT_NAMES))
         raise argparse.ArgumentTypeError(f"{text!r} is not two formats A,B (e.g. e4m3,e5m2); formats: {accepted}")
-    for p in parts:
-        if p not in _DTYPES:
-            raise argparse.ArgumentTypeError(f"{p!r} is not a format; accepted: {accepted}")
-    return _DTYPES[parts[0]], _DTYPES[parts[1]]
+    try:
+        return dtype_from_name(parts[0]), dtype_from_name(parts[1])
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _splitk(text: str) -> object:
-    """``auto``, ``1`` or ``S,scheme``, checked by :meth:`mmaemu.accumulation.SplitK.parse`."""
-    from .accumulation import SplitK
-
-    text = text.strip()
-    if text == "auto":
-        return "auto"
-    parts = [p.strip() for p in text.split(",")]
-    value: object
+    """``auto``, ``1`` or ``S,scheme`` (:func:`mmaemu.accumulation.splitk_from_text`)."""
     try:
-        value = int(parts[0]) if len(parts) == 1 else (int(parts[0]), parts[1]) if len(parts) == 2 else text
-    except ValueError:
-        value = text
-    try:
-        SplitK.parse(value)  # type: ignore[arg-type]
+        return splitk_from_text(text)
     except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"{text!r}: {exc} (on the command line: auto, 1 or S,scheme)") from None
-    return value
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _profile(text: str) -> str:
@@ -270,7 +249,7 @@ def _profile(text: str) -> str:
 def _preset(text: str) -> str:
     """A modelled preset's name."""
     from .errors import MmaemuError
-    from .model import get_preset
+    from .presets import get_preset
 
     try:
         get_preset(text, warn=False)
@@ -281,13 +260,10 @@ def _preset(text: str) -> str:
 
 def _backend(text: str) -> str:
     """A backend name (whether it can run here is checked by the command)."""
-    from .backends import Backend
-
     try:
-        return Backend(text).value
-    except ValueError:
-        accepted = ", ".join(b.value for b in Backend)
-        raise argparse.ArgumentTypeError(f"{text!r} is not a backend; accepted: {accepted}") from None
+        return parse_backend(text).value
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _device(text: str) -> str:
@@ -312,7 +288,7 @@ def _minutes(text: str) -> float:
 
 def _workspace(text: str) -> int:
     """One of the workspaces a recording queries, in bytes."""
-    from .recording import WS_BYTES
+    from .platforms.table import WS_BYTES
 
     value = _int(text, "a workspace in bytes", 0)
     if value not in WS_BYTES:
@@ -374,7 +350,7 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("M", type=_dim)
     ex.add_argument("N", type=_dim)
     ex.add_argument("K", type=_dim)
-    ex.add_argument("--out", default="bf16", choices=sorted(_DTYPES), help="output dtype (default bf16)")
+    ex.add_argument("--out", default="bf16", choices=sorted(FORMAT_NAMES), help="output dtype (default bf16)")
     ex.add_argument("--fast", action="store_true", help="use_fast_accum=True")
     ex.add_argument("--profile", default=None, type=_profile,
                     help="reference platform (default: MMAEMU_PROFILE or hopper)")

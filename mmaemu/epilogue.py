@@ -17,22 +17,12 @@ from __future__ import annotations
 
 import torch
 
-from . import checks
-from .formats import OutFormat, bits_of, out_format_of
+from .formats import OUT_DTYPES, out_format_of
+from .host import check_cpu_subnormals
 
-__all__ = ["epilogue", "canonicalize_nan"]
+__all__ = ["epilogue"]
 
-_OUT_FORMATS = {f.dtype for f in OutFormat}
-_OUT_DTYPES = ", ".join(str(f.dtype) for f in OutFormat)
-
-
-def canonicalize_nan(out: torch.Tensor, nan: torch.Tensor) -> torch.Tensor:
-    """Write the output type's canonical NaN wherever ``nan`` is true (in place; returns ``out``)."""
-    fmt = out_format_of(out.dtype)
-    if bool(nan.any()):
-        view = bits_of(out)
-        view[nan] = torch.tensor(fmt.canonical_nan, dtype=torch.int64, device=view.device).to(view.dtype)
-    return out
+_ACCEPTED = ", ".join(str(d) for d in OUT_DTYPES)
 
 
 def _scalar_fp32(x: object, name: str, device: torch.device) -> torch.Tensor:
@@ -95,8 +85,8 @@ def epilogue(
         raise TypeError(f"acc must be a float32 torch.Tensor, got {type(acc).__name__}")
     if acc.dtype != torch.float32:
         raise TypeError(f"acc must be float32 (the fp32 accumulator), got {acc.dtype}")
-    if not isinstance(out_dtype, torch.dtype) or out_dtype not in _OUT_FORMATS:
-        raise ValueError(f"out_dtype={out_dtype!r} is not an output dtype of an FP8 GEMM; accepted: {_OUT_DTYPES}")
+    if not isinstance(out_dtype, torch.dtype) or out_dtype not in OUT_DTYPES:
+        raise ValueError(f"out_dtype={out_dtype!r} is not an output dtype of an FP8 GEMM; accepted: {_ACCEPTED}")
     fmt = out_format_of(out_dtype)
     device = acc.device
     sa = _scalar_fp32(scale_a, "scale_a", device).to(torch.float64)
@@ -104,7 +94,7 @@ def epilogue(
     # checked for every output dtype, as torch checks it, though only FP8 outputs use it
     sr = None if scale_result is None else _scalar_fp32(scale_result, "scale_result", device).to(torch.float64)
     if device.type == "cpu":
-        checks.check_cpu_subnormals()  # MmaemuError under flush-to-zero: the fp32 rounding needs subnormals
+        check_cpu_subnormals()  # MmaemuError under flush-to-zero: the fp32 rounding needs subnormals
     alpha = (sa * sb).to(torch.float32)  # exact product, one rounding to fp32
     # fma(acc, alpha, +0): the float64 product is exact (24 x 24 bits, no float64 underflow);
     # adding +0.0 turns only an exactly-zero product into +0; then one rounding to fp32.
@@ -119,4 +109,4 @@ def epilogue(
         out = torch.clamp(y, -limit, limit).to(fmt.dtype)  # saturate, then round to nearest even
     else:
         out = y.to(fmt.dtype)
-    return canonicalize_nan(out, nan)
+    return out_format_of(out.dtype).write_nan(out, nan)

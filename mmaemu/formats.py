@@ -24,6 +24,11 @@ __all__ = [
     "fp8_nan_rows",
     "fp8_format_of",
     "out_format_of",
+    "out_format_or_none",
+    "FP8_DTYPES",
+    "OUT_DTYPES",
+    "dtype_from_name",
+    "FORMAT_NAMES",
     "fp32_exponent",
     "bits_of",
     "from_bits",
@@ -121,7 +126,7 @@ class OutFormat(enum.Enum):
     E5M2 0x7F (all recorded on the RTX 4060; no recorded FP8 NaN output has the sign bit set).
     """
 
-    FLOAT32 = _OutSpec(torch.float32, 32, 0x7FFFFFFF)
+    FLOAT32 = _OutSpec(torch.float32, 32, FP32_CANONICAL_NAN)
     BFLOAT16 = _OutSpec(torch.bfloat16, 16, 0x7FFF)
     FLOAT16 = _OutSpec(torch.float16, 16, 0x7FFF)
     E4M3 = _OutSpec(torch.float8_e4m3fn, 8, 0x7F)
@@ -142,6 +147,22 @@ class OutFormat(enum.Enum):
         """Bit pattern of the NaN an NVIDIA GPU writes."""
         return self.value.canonical_nan
 
+    def nan_tensor(self, device: torch.device | str = "cpu") -> torch.Tensor:
+        """A 0-dim tensor of this format holding the NaN an NVIDIA GPU writes (the one canonical-NaN writer)."""
+        bits = torch.tensor(self.canonical_nan, dtype=torch.int64, device=device).to(_INT_VIEW[self.bits])
+        return bits.view(self.dtype)
+
+    def write_nan(self, out: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Write the canonical NaN into ``out`` (of this format) wherever ``mask`` holds; in place, returns ``out``."""
+        if bool(mask.any()):
+            out.view(_INT_VIEW[self.bits])[mask] = self.nan_tensor(out.device).view(_INT_VIEW[self.bits])
+        return out
+
+    @property
+    def dtype_name(self) -> str:
+        """torch's name of the dtype without ``torch.`` (``"float32"``, ``"float8_e4m3fn"``, ...)."""
+        return str(self.dtype).removeprefix("torch.")
+
     @property
     def fp8(self) -> Fp8Format | None:
         """The FP8 format for FP8 outputs, else None."""
@@ -149,6 +170,9 @@ class OutFormat(enum.Enum):
 
 
 _OUT_BY_DTYPE = {f.dtype: f for f in OutFormat}
+#: The FP8 input dtypes and the output dtypes, in their enums' order.
+FP8_DTYPES: tuple[torch.dtype, ...] = tuple(f.dtype for f in Fp8Format)
+OUT_DTYPES: tuple[torch.dtype, ...] = tuple(f.dtype for f in OutFormat)
 _INT_VIEW = {8: torch.uint8, 16: torch.int16, 32: torch.int32}
 
 
@@ -163,6 +187,11 @@ def out_format_of(dtype: torch.dtype) -> OutFormat:
     except KeyError:
         raise ValueError(f"not an output dtype of an FP8 GEMM: {dtype}") from None
 
+
+
+def out_format_or_none(dtype: object) -> OutFormat | None:
+    """The :class:`OutFormat` of ``dtype``, or None when no FP8 GEMM writes it (no exception)."""
+    return _OUT_BY_DTYPE.get(dtype)  # type: ignore[call-overload]
 
 def bits_of(x: torch.Tensor) -> torch.Tensor:
     """Bit patterns of ``x`` as an integer tensor of the same width (no copy).
@@ -266,3 +295,23 @@ def decode_fp8(x: torch.Tensor) -> DecodedFp8:
         is_nan=is_nan,
         is_inf=is_inf,
     )
+
+
+#: Every name :func:`dtype_from_name` accepts: torch's dtype names and the short forms users write.
+FORMAT_NAMES: dict[str, torch.dtype] = {
+    **{f.dtype_name: f.dtype for f in OutFormat},
+    "bf16": torch.bfloat16, "fp16": torch.float16, "f16": torch.float16, "fp32": torch.float32, "f32": torch.float32,
+    **{f.short_name: f.dtype for f in Fp8Format},
+}
+
+
+def dtype_from_name(name: str) -> torch.dtype:
+    """The dtype a format name stands for (case-insensitive): ``"bf16"``, ``"float32"``, ``"e4m3"``, ...
+
+    Raises:
+        ValueError: an unknown name; the message lists the accepted ones.
+    """
+    try:
+        return FORMAT_NAMES[name.strip().lower()]
+    except KeyError:
+        raise ValueError(f"{name!r} is not a format; accepted: {', '.join(sorted(FORMAT_NAMES))}") from None

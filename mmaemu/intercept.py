@@ -45,10 +45,10 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from . import call
-from .accumulation import SplitK, SplitKArg
-from .backends import Backend
+from .accumulation import SplitKSpec, parse_splitk
+from .backends import Backend, parse_backend
 from .errors import UnsupportedFeatureError
-from .platform import Profile, get_profile
+from .platforms.profiles import Profile, get_profile
 
 __all__ = ["emulate", "EmulationLog", "Fallback", "Shape"]
 
@@ -234,27 +234,13 @@ class emulate:  # noqa: N801 - used like a function: ``with mmaemu.emulate(...) 
         self,
         profile: str | Profile | None = None,
         *,
-        backend: str = "auto",
-        splitk: SplitKArg | str = "auto",
+        backend: str | Backend = "auto",
+        splitk: SplitKSpec = "auto",
         fallback: str | Fallback = Fallback.RAISE,
     ) -> None:
         self.profile = get_profile(profile)
-        if not (isinstance(splitk, str) and splitk == "auto"):
-            if isinstance(splitk, str):
-                raise ValueError(
-                    f"splitk={splitk!r}: accepted values are 'auto', 1, (S, 'contiguous'), (S, 'serial') or (S, 'pairwise')"
-                )
-            splitk = SplitK.parse(splitk)
-        self.splitk: SplitKArg | str = splitk
-        if not isinstance(backend, str):
-            accepted = ", ".join(repr(b.value) for b in Backend)
-            raise TypeError(f"backend must be a string, not {type(backend).__name__}: pass one of {accepted}")
-        try:
-            Backend(backend)
-        except ValueError:
-            accepted = ", ".join(repr(b.value) for b in Backend)
-            raise ValueError(f"backend={backend!r} is not a backend; accepted: {accepted}") from None
-        self.backend = backend
+        self.splitk: SplitKSpec = parse_splitk(splitk)
+        self.backend: Backend = parse_backend(backend)
         try:
             self.fallback = Fallback(fallback)
         except ValueError:
@@ -286,5 +272,5 @@ class emulate:  # noqa: N801 - used like a function: ``with mmaemu.emulate(...) 
         return self._mode is not None
 
     def __repr__(self) -> str:
-        return (f"mmaemu.emulate(profile={self.profile.name!r}, backend={self.backend!r}, "
+        return (f"mmaemu.emulate(profile={self.profile.name!r}, backend={self.backend.value!r}, "
                 f"splitk={self.splitk!r}, fallback={self.fallback.value!r})")

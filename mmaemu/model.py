@@ -1,8 +1,8 @@
-"""The tensor-core instruction model: presets and the exact block fused multiply-add.
+"""The tensor-core instruction model: the exact block fused multiply-add of a preset.
 
-A :class:`Preset` names the arithmetic of one tensor-core instruction: how many products one
-block adds (``block_size``), how many fraction bits survive the alignment (``frac_bits``), and
-whether the incoming accumulator takes part in the alignment. :func:`dot` chains blocks over
+A :class:`~mmaemu.presets.Preset` (:mod:`mmaemu.presets`) names the arithmetic of one tensor-core
+instruction: how many products one block adds (``block_size``), how many fraction bits survive the
+alignment (``frac_bits``), and whether the incoming accumulator takes part in the alignment. :func:`dot` chains blocks over
 the last dimension of FP8 operand vectors, exactly; it is the instruction-level API that the
 recorded hardware vectors test, and :func:`block_fma` is the one step every backend must match.
 
@@ -25,191 +25,22 @@ infinite product or ``c`` gives that infinity.
 
 from __future__ import annotations
 
-import enum
-import warnings
 from dataclasses import dataclass
 
 import torch
 
-from . import checks
-from .errors import ExperimentalPresetWarning, UnsupportedFeatureError
-from .formats import EXPONENT_OF_ZERO, FP32_CANONICAL_NAN, decode_fp8, fp8_nan_rows, fp32_exponent, from_bits
+from .formats import EXPONENT_OF_ZERO, OutFormat, decode_fp8, fp8_nan_rows, fp32_exponent
+from .host import check_cpu_subnormals
+from .presets import CMode, Preset, Rounding, get_preset
 
 __all__ = [
-    "Maturity",
-    "CMode",
-    "Rounding",
-    "Preset",
-    "HOPPER",
-    "ADA",
-    "B200_MMA_SYNC",
-    "presets",
-    "get_preset",
+    "BlockOperands",
     "block_fma",
+    "block_sum_exact_in_fp32",
+    "chain",
     "dot",
     "pow2",
 ]
-
-
-class Maturity(enum.Enum):
-    """How far hardware recordings back a preset or profile."""
-
-    VALIDATED = "validated"
-    EXPERIMENTAL = "experimental"
-
-
-class CMode(enum.Enum):
-    """How the incoming accumulator ``c`` enters a block."""
-
-    #: c's exponent enters the block maximum and c is truncated with the products (hopper, ada).
-    ALIGNED = "aligned"
-    #: the products are summed from zero, then c is added by one fp32 round-to-nearest-even
-    #: addition (b200_mma_sync; the toolbox's B200 round-to-nearest model).
-    ROUNDED_ADD = "rounded-add"
-
-
-class Rounding(enum.Enum):
-    """How a block's exact sum is normalised to fp32."""
-
-    #: toward zero, to ``frac_bits`` fraction bits (hopper, ada).
-    TRUNCATE = "truncate"
-    #: to nearest even, to fp32's 23 fraction bits (b200_mma_sync).
-    NEAREST_EVEN = "nearest-even"
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-@dataclass(frozen=True)
-class Preset:
-    """The arithmetic of one tensor-core block FMA.
-
-    Attributes:
-        name: registry name.
-        block_size: products added per block (B).
-        frac_bits: fraction bits kept relative to the block's largest exponent (F).
-        c_mode: how the accumulator enters a block (:class:`CMode`).
-        rounding: how the block sum is normalised (:class:`Rounding`).
-        maturity: validated on hardware GEMMs, or experimental (warns when used).
-        source: the evidence behind the numbers.
-
-    Example:
-        >>> from mmaemu.model import Preset
-        >>> Preset("wide", block_size=64, frac_bits=20)  # doctest: +ELLIPSIS
-        Preset(name='wide', block_size=64, frac_bits=20, ...)
-    """
-
-    name: str
-    block_size: int
-    frac_bits: int
-    c_mode: CMode = CMode.ALIGNED
-    rounding: Rounding = Rounding.TRUNCATE
-    maturity: Maturity = Maturity.EXPERIMENTAL
-    source: str = "user-defined"
-
-    def __post_init__(self) -> None:
-        if not (_is_int(self.block_size) and 1 <= self.block_size <= 1024):
-            raise ValueError(f"block_size must be an int in [1, 1024], got {self.block_size!r}")
-        if not (_is_int(self.frac_bits) and 1 <= self.frac_bits <= 40):
-            raise ValueError(f"frac_bits must be an int in [1, 40], got {self.frac_bits!r}")
-        if not isinstance(self.maturity, Maturity):
-            raise TypeError("maturity must be a Maturity")
-        if not isinstance(self.c_mode, CMode) or not isinstance(self.rounding, Rounding):
-            raise TypeError("c_mode must be a CMode and rounding a Rounding")
-
-
-HOPPER = Preset(
-    "hopper",
-    block_size=32,
-    frac_bits=13,
-    maturity=Maturity.VALIDATED,
-    source="H100 wgmma vectors (hw-vectors/h100_e4m3.npz, 5,000 of 5,000); seeds 002 (H100 PCIe cuBLAS)",
-)
-ADA = Preset(
-    "ada",
-    block_size=16,
-    frac_bits=13,
-    maturity=Maturity.VALIDATED,
-    source="RTX 1000 Ada mma.sync vectors (hw-vectors/ada_e4m3.npz, 5,000 of 5,000); RTX 4060 recordings",
-)
-# [Note: b200_mma_sync] Fitted to the B200 mma.sync vectors (5,000 of 5,000), following the
-# structure of the MATLAB tensor-core toolbox's B200 round-to-nearest model: the products of a
-# 32-element instruction are aligned and truncated (25 fraction bits), their sum is rounded to
-# nearest even, and c is added last by an fp32 round-to-nearest-even addition. The vectors pin
-# down only the last step (682 of them are exact ties; truncation fits 3,151): their products
-# never span enough exponents for F or the block grouping to matter, so those are unverified.
-# The common B = 32, F = 25, c-aligned truncating model fits 3,207.
-B200_MMA_SYNC = Preset(
-    "b200_mma_sync",
-    block_size=32,
-    frac_bits=25,
-    c_mode=CMode.ROUNDED_ADD,
-    rounding=Rounding.NEAREST_EVEN,
-    maturity=Maturity.EXPERIMENTAL,
-    source="B200 mma.sync vectors (hw-vectors/b200_e4m3.npz, 5,000 of 5,000); MATLAB tensor-core "
-    "toolbox B200 model; not B200 cuBLAS, not sm_120",
-)
-
-_PRESETS = {p.name: p for p in (HOPPER, ADA, B200_MMA_SYNC)}
-_ALIASES = {"blackwell": "b200_mma_sync"}
-_NOT_MODELLED = {
-    "sm_120": "sm_120 (RTX 50-series, RTX PRO 6000 Blackwell) is not modelled: mmaemu ships no "
-    "preset for it, and b200_mma_sync is not such a model",
-    "rtx_blackwell": "sm_120 (RTX 50-series Blackwell) is not modelled: mmaemu ships no preset "
-    "for it, and b200_mma_sync is not such a model",
-}
-
-
-def presets() -> dict[str, Preset]:
-    """The shipped presets by name (aliases excluded)."""
-    return dict(_PRESETS)
-
-
-def get_preset(preset: str | Preset, *, warn: bool = True) -> Preset:
-    """Resolve a preset name (or pass a :class:`Preset` through).
-
-    Experimental presets, and the alias ``blackwell``, emit :class:`ExperimentalPresetWarning`
-    when ``warn`` is true.
-
-    Raises:
-        UnsupportedFeatureError: for ``sm_120`` and ``rtx_blackwell`` (not modelled).
-        KeyError: for an unknown name; the message lists the known ones.
-    """
-    if isinstance(preset, Preset):
-        if warn and preset.maturity is Maturity.EXPERIMENTAL and preset.name in _PRESETS:
-            _warn_experimental(preset.name)
-        return preset
-    if not isinstance(preset, str):
-        raise TypeError(f"preset must be a name or a Preset, got {type(preset).__name__}")
-    if preset in _NOT_MODELLED:
-        raise UnsupportedFeatureError(_NOT_MODELLED[preset])
-    if preset in _ALIASES:
-        target = _ALIASES[preset]
-        if warn:
-            warnings.warn(
-                f"preset {preset!r} is an alias of the experimental {target!r}: it fits the B200 "
-                "mma.sync vectors only, not B200 cuBLAS and not RTX 50-series GPUs",
-                ExperimentalPresetWarning,
-                stacklevel=3,
-            )
-        return _PRESETS[target]
-    try:
-        found = _PRESETS[preset]
-    except KeyError:
-        known = ", ".join(sorted([*_PRESETS, *_ALIASES]))
-        raise KeyError(f"unknown preset {preset!r}; known presets: {known}") from None
-    if warn and found.maturity is Maturity.EXPERIMENTAL:
-        _warn_experimental(found.name)
-    return found
-
-
-def _warn_experimental(name: str) -> None:
-    warnings.warn(
-        f"preset {name!r} is experimental: it is not validated on hardware GEMMs",
-        ExperimentalPresetWarning,
-        stacklevel=4,
-    )
 
 
 def pow2(exponent: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -268,10 +99,20 @@ class BlockOperands:
         )
 
 
+def block_sum_exact_in_fp32(preset: Preset, *, with_c: bool) -> bool:
+    """Whether a block's truncated terms add exactly in fp32, in any order (the one exactness bound).
+
+    Each truncated term is an integer multiple of the unit below ``2**(F + 2)``; ``n`` of them add
+    exactly when ``F + 2 + bit_length(n) <= 24``. ``n`` is the block size, plus one when the
+    accumulator ``c`` is added as a term of the same sum (``with_c``: the compiled backends do; the
+    reference model adds ``c`` in float64 apart).
+    """
+    terms = preset.block_size + (1 if with_c else 0)
+    return preset.frac_bits + 2 + terms.bit_length() <= 24
+
+
 def _sum_dtype(preset: Preset) -> torch.dtype:
-    # Truncated product terms are integers below 2**(F + 2); B of them must add exactly.
-    bound_bits = preset.frac_bits + 2 + max(preset.block_size, 1).bit_length()
-    return torch.float32 if bound_bits <= 24 else torch.float64
+    return torch.float32 if block_sum_exact_in_fp32(preset, with_c=False) else torch.float64
 
 
 def block_fma(
@@ -308,7 +149,7 @@ def block_fma(
         got = c.dtype if isinstance(c, torch.Tensor) else type(c).__name__
         raise TypeError(f"c must be a float32 tensor, got {got}")
     if c.device.type == "cpu":
-        checks.check_cpu_subnormals()
+        check_cpu_subnormals()
     return _block_fma(c, a, b, preset, has_inf=has_inf)
 
 
@@ -388,8 +229,7 @@ def _apply_specials(
         return result
     result = torch.where(pos_inf, float("inf"), result)
     result = torch.where(neg_inf, float("-inf"), result)
-    canonical = from_bits(torch.tensor(FP32_CANONICAL_NAN, dtype=torch.int32, device=result.device), torch.float32)
-    return torch.where(nan, canonical, result)
+    return torch.where(nan, OutFormat.FLOAT32.nan_tensor(result.device), result)
 
 
 def chain(
@@ -524,7 +364,7 @@ def dot(
     batch = _dot_batch(a, b, c)
     resolved = get_preset(preset)
     if a.device.type == "cpu":
-        checks.check_cpu_subnormals()
+        check_cpu_subnormals()
     a_ops, b_ops = BlockOperands.of(a), BlockOperands.of(b)
     if c is None:
         acc = torch.zeros(batch, dtype=torch.float32, device=a.device)
@@ -534,6 +374,5 @@ def dot(
     acc = chain(a_ops, b_ops, acc, resolved, has_inf=has_inf)
     nan = fp8_nan_rows(a) | fp8_nan_rows(b)
     if bool(nan.any()):
-        canonical = from_bits(torch.tensor(FP32_CANONICAL_NAN, dtype=torch.int32, device=acc.device), torch.float32)
-        acc = torch.where(nan.expand(batch), canonical, acc)
+        acc = torch.where(nan.expand(batch), OutFormat.FLOAT32.nan_tensor(acc.device), acc)
     return acc

@@ -8,27 +8,24 @@ opaque operator, no graph break) and under ``torch.export`` with the same bits.
 
 from __future__ import annotations
 
-from typing import Any
-
 import math
 import numbers
+from typing import Any
 
 import torch
 
 from . import ops
-from .accumulation import SplitK, SplitKArg
-from .backends import Backend, resolve_backend
+from .accumulation import SplitKSpec, parse_splitk, splitk_text
+from .backends import Backend, parse_backend
 from .errors import UnsupportedFeatureError
-from .formats import OutFormat, fp8_format_of
-from .platform import Profile, get_profile
+from .formats import FP8_DTYPES, OUT_DTYPES, fp8_format_of
+from .platforms.profiles import Profile, get_profile
 from .quantization import ScalingRecipe, current_scale, quantize, reciprocal_scale
 
 __all__ = ["EmulatedFP8Linear"]
 
-_FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 #: activation and float weight dtypes: Transformer Engine's (it casts nothing else to FP8).
 _FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
-_OUT_DTYPES = tuple(f.dtype for f in OutFormat)
 
 
 def _names(dtypes: tuple[torch.dtype, ...]) -> str:
@@ -63,17 +60,6 @@ def _check_inverse(scale_inv: torch.Tensor, name: str) -> None:
             f"{name} = 1 / scale is {float(scale_inv)} in fp32: the scale is too small for its reciprocal to be "
             "finite (Transformer Engine's scales are at least fp8_max / FP32_MAX)"
         )
-
-
-def _backend_name(backend: object) -> str:
-    """The ``backend=`` string the operator takes, validated now (which backend ``"auto"`` picks
-    depends on the device of each call, so it is not resolved here)."""
-    if isinstance(backend, Backend):
-        return backend.value
-    if not isinstance(backend, str):
-        raise TypeError(f"backend must be a backend name or a mmaemu.backends.Backend, got {type(backend).__name__}")
-    resolve_backend(backend, torch.device("meta"))  # ValueError listing the names; "meta" probes no device
-    return backend
 
 
 def _profile_name(profile: object) -> str:
@@ -187,8 +173,8 @@ class EmulatedFP8Linear(torch.nn.Module):
         out_dtype: torch.dtype | None = None,
         use_fast_accum: bool = True,
         profile: str | Profile = "hopper-te",
-        splitk: SplitKArg | str = "auto",
-        backend: str = "auto",
+        splitk: SplitKSpec = "auto",
+        backend: str | Backend = "auto",
     ) -> None:
         super().__init__()
         if not isinstance(weight, torch.Tensor):
@@ -197,24 +183,23 @@ class EmulatedFP8Linear(torch.nn.Module):
             raise ValueError("weight is an uninitialised lazy parameter: run the module once to initialise it")
         if weight.dim() != 2:
             raise ValueError(f"weight must be a 2-D [N, K] tensor, got shape {tuple(weight.shape)}")
-        if weight.dtype not in _FP8_DTYPES and weight.dtype not in _FLOAT_DTYPES:
+        if weight.dtype not in FP8_DTYPES and weight.dtype not in _FLOAT_DTYPES:
             raise ValueError(
-                f"weight of dtype {weight.dtype}: pass an FP8 weight ({_names(_FP8_DTYPES)}) with its scale, or a "
+                f"weight of dtype {weight.dtype}: pass an FP8 weight ({_names(FP8_DTYPES)}) with its scale, or a "
                 f"{_names(_FLOAT_DTYPES)} weight to quantise (Transformer Engine's weight types); convert other "
                 "types yourself if that conversion is what the reference run did"
             )
-        if not isinstance(input_dtype, torch.dtype) or input_dtype not in _FP8_DTYPES:
-            raise ValueError(f"input_dtype={input_dtype!r}: accepted: {_names(_FP8_DTYPES)}")
+        if not isinstance(input_dtype, torch.dtype) or input_dtype not in FP8_DTYPES:
+            raise ValueError(f"input_dtype={input_dtype!r}: accepted: {_names(FP8_DTYPES)}")
         fp8_format_of(input_dtype)
-        if out_dtype is not None and (not isinstance(out_dtype, torch.dtype) or out_dtype not in _OUT_DTYPES):
-            raise ValueError(f"out_dtype={out_dtype!r}: accepted: None (the input's dtype) or {_names(_OUT_DTYPES)}")
+        if out_dtype is not None and (not isinstance(out_dtype, torch.dtype) or out_dtype not in OUT_DTYPES):
+            raise ValueError(f"out_dtype={out_dtype!r}: accepted: None (the input's dtype) or {_names(OUT_DTYPES)}")
         if not isinstance(use_fast_accum, bool):
             raise TypeError(f"use_fast_accum must be a bool, got {type(use_fast_accum).__name__}")
         profile_name = _profile_name(profile)
-        split = splitk if isinstance(splitk, str) else SplitK.parse(splitk)
-        ops.encode_splitk(split)  # ValueError for an invalid splitk, now rather than at the first call
-        backend_name = _backend_name(backend)
-        weight_dtype = weight.dtype if weight.dtype in _FP8_DTYPES else torch.float8_e4m3fn
+        split = parse_splitk(splitk)  # ValueError for an invalid splitk, now rather than at the first call
+        chosen = parse_backend(backend)  # auto is resolved per call: it depends on the input's device
+        weight_dtype = weight.dtype if weight.dtype in FP8_DTYPES else torch.float8_e4m3fn
         if input_dtype == torch.float8_e5m2 and weight_dtype == torch.float8_e5m2:
             raise ValueError(
                 "input_dtype and the FP8 weight are both float8_e5m2: torch._scaled_mm refuses two E5M2 operands"
@@ -224,7 +209,7 @@ class EmulatedFP8Linear(torch.nn.Module):
                 "out_dtype=float8_e5m2 with E4M3 input and weight: the reference cuBLASLt has no such kernel "
                 "(CUBLAS_STATUS_NOT_SUPPORTED)"
             )
-        if weight.dtype in _FP8_DTYPES:
+        if weight.dtype in FP8_DTYPES:
             if (weight_scale is None) == (weight_scale_inv is None):
                 raise ValueError("an FP8 weight needs exactly one of weight_scale and weight_scale_inv")
             wq = weight.detach().clone()
@@ -257,8 +242,8 @@ class EmulatedFP8Linear(torch.nn.Module):
         self.out_dtype = out_dtype
         self.use_fast_accum = use_fast_accum
         self.profile = profile_name
-        self.splitk = split
-        self.backend = backend_name
+        self.splitk: SplitKSpec = split
+        self.backend: Backend = chosen
 
     @property
     def in_features(self) -> int:
@@ -365,7 +350,7 @@ class EmulatedFP8Linear(torch.nn.Module):
         """``x`` if it is an activation Transformer Engine would quantise (bf16, fp16 or fp32, ``[..., K]``)."""
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"EmulatedFP8Linear takes a torch.Tensor, got {type(x).__name__}")
-        if x.dtype in _FP8_DTYPES:
+        if x.dtype in FP8_DTYPES:
             raise TypeError("EmulatedFP8Linear quantises its input itself: pass the activation in bf16, fp16 or fp32")
         if x.dtype not in _FLOAT_DTYPES:
             raise TypeError(
@@ -414,7 +399,7 @@ class EmulatedFP8Linear(torch.nn.Module):
         return y.reshape(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
-        splitk = ops.encode_splitk(self.splitk)
+        splitk = splitk_text(self.splitk)
         return (
             f"in_features={self.in_features}, out_features={self.out_features}, "
             f"input={str(self.input_dtype).replace('torch.', '')}, recipe={self.recipe.value}, "

@@ -28,54 +28,15 @@ from typing import Any, Callable, Optional
 import torch
 
 from . import call
-from .accumulation import SplitK, SplitKArg
-from .backends import Backend
+from .accumulation import SplitKSpec, splitk_from_text, splitk_text
+from .backends import Backend, parse_backend
 from .errors import ReferenceRejectsError, UnsupportedFeatureError
-from .platform import PROFILES, Profile
+from .platforms.profiles import PROFILES, Profile
 
-__all__ = ["OP_NAME", "scaled_mm", "encode_splitk", "decode_splitk"]
+__all__ = ["OP_NAME", "scaled_mm"]
 
 #: the qualified name of the operator.
 OP_NAME = "mmaemu::scaled_mm"
-
-
-def encode_splitk(splitk: SplitKArg | str) -> str:
-    """The operator's string form of a ``splitk`` argument: ``"auto"``, ``"1"`` or ``"S:scheme"``.
-
-    Raises:
-        ValueError: an invalid ``splitk`` (the message lists the accepted forms).
-
-    Example:
-        >>> from mmaemu.ops import encode_splitk
-        >>> encode_splitk("auto"), encode_splitk(1), encode_splitk((4, "contiguous"))
-        ('auto', '1', '4:contiguous')
-    """
-    if isinstance(splitk, str):
-        if splitk != "auto":
-            raise ValueError(
-                f"splitk={splitk!r}: accepted values are 'auto', 1, (S, 'contiguous'), (S, 'serial') or (S, 'pairwise')"
-            )
-        return "auto"
-    split = SplitK.parse(splitk)
-    return "1" if split.parts == 1 else f"{split.parts}:{split.scheme.value}"
-
-
-def decode_splitk(text: str) -> SplitKArg | str:
-    """The inverse of :func:`encode_splitk`.
-
-    Example:
-        >>> from mmaemu.ops import decode_splitk
-        >>> decode_splitk("auto"), decode_splitk("1"), decode_splitk("4:serial")
-        ('auto', 1, (4, 'serial'))
-    """
-    if text == "auto":
-        return "auto"
-    if text == "1":
-        return 1
-    parts, _, scheme = text.partition(":")
-    if not parts.isdigit() or not scheme:
-        raise ValueError(f"not an encoded splitk: {text!r}")
-    return (int(parts), scheme)
 
 
 def _profile_name(profile: str | Profile | None) -> str:
@@ -94,15 +55,13 @@ def _profile_name(profile: str | Profile | None) -> str:
     return profile
 
 
-def _check_arguments(use_fast_accum: object, backend: object) -> None:
+def _check_arguments(use_fast_accum: object, backend: object) -> Backend:
     """What the operator's schema would coerce or reject with a schema error: TypeError as scaled_mm raises."""
     if not isinstance(use_fast_accum, bool):  # the schema would turn 1 into True
         raise TypeError(
             f"_scaled_mm(): argument 'use_fast_accum' (position 8) must be bool, not {type(use_fast_accum).__name__}"
         )
-    if not isinstance(backend, str):
-        accepted = ", ".join(repr(b.value) for b in Backend)
-        raise TypeError(f"backend must be a string, not {type(backend).__name__}: pass one of {accepted}")
+    return parse_backend(backend)  # type: ignore[arg-type]  # TypeError / ValueError for the wrong kind
 
 
 # torch.library infers the schema from these annotations (typing.Optional: torch 2.4+ reads it).
@@ -121,7 +80,7 @@ def _impl(
 ) -> torch.Tensor:
     return call.scaled_mm(
         mat1, mat2, scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum,
-        profile=profile or None, splitk=decode_splitk(splitk), backend=backend,
+        profile=profile or None, splitk=splitk_from_text(splitk), backend=backend,
     )
 
 
@@ -177,8 +136,8 @@ def scaled_mm(
     use_fast_accum: bool = False,
     *,
     profile: str | Profile | None = None,
-    splitk: SplitKArg | str = "auto",
-    backend: str = "auto",
+    splitk: SplitKSpec = "auto",
+    backend: str | Backend = "auto",
 ) -> torch.Tensor:
     """:func:`mmaemu.scaled_mm` through the ``mmaemu::scaled_mm`` operator (for compile and export).
 
@@ -209,7 +168,7 @@ def scaled_mm(
         >>> torch.ops.mmaemu.scaled_mm.default._schema.name
         'mmaemu::scaled_mm'
     """
-    _check_arguments(use_fast_accum, backend)
+    chosen = _check_arguments(use_fast_accum, backend)
     if torch.is_grad_enabled():
         named = (("mat1", mat1), ("mat2", mat2), ("scale_a", scale_a), ("scale_b", scale_b), ("scale_result", scale_result))
         grads = [name for name, t in named if isinstance(t, torch.Tensor) and t.requires_grad]
@@ -220,6 +179,6 @@ def scaled_mm(
             )
     result: torch.Tensor = _OP(
         mat1, mat2, scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum,
-        _profile_name(profile), encode_splitk(splitk), backend,
+        _profile_name(profile), splitk_text(splitk), chosen.value,
     )
     return result

@@ -38,8 +38,8 @@ import numbers
 
 import torch
 
-from . import checks
 from .formats import Fp8Format, fp8_format_of
+from .host import check_cpu_subnormals
 
 __all__ = ["ScalingRecipe", "quantize", "reciprocal_scale", "scale_from_amax", "current_scale", "FP32_MAX"]
 
@@ -72,14 +72,14 @@ def _as_fp32_scale(scale: object, device: torch.device, name: str = "scale") -> 
 
 
 def _require_subnormals(device: torch.device) -> None:
-    """:func:`mmaemu.checks.check_cpu_subnormals` where this module's fp32 arithmetic runs on the CPU.
+    """:func:`mmaemu.host.check_cpu_subnormals` where this module's fp32 arithmetic runs on the CPU.
 
     Skipped while ``torch.compile`` traces (the probe reads a value; it would break the graph):
     the compiled :class:`~mmaemu.nn.EmulatedFP8Linear` still refuses, since its
     ``mmaemu::scaled_mm`` operator probes in the same thread when it runs.
     """
     if device.type == "cpu" and not torch.compiler.is_compiling():
-        checks.check_cpu_subnormals()
+        check_cpu_subnormals()
 
 
 def quantize(x: torch.Tensor, scale: torch.Tensor | float, dtype: torch.dtype = torch.float8_e4m3fn) -> torch.Tensor:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import types
 from collections.abc import Iterator
 from pathlib import Path
@@ -47,20 +48,69 @@ def require(path: Path) -> Path:
     return path
 
 
-#: Every exactness test runs on each backend listed here (cpu needs numba, a test extra).
-BACKENDS = ["reference"]
-try:
-    import numba  # noqa: F401
+def _cpu_backends() -> list[str]:
+    """The backends the capability table says run on this machine's CPU tensors (the Triton kernels
+    through Triton's interpreter, set above)."""
+    from mmaemu.backends import CONCRETE, supports
 
-    BACKENDS.append("cpu")
-except ImportError:  # pragma: no cover
-    pass
+    return [b.value for b in CONCRETE if supports(b, None, (), "cpu")]
+
+
+#: Every exactness test runs on each backend listed here: the capability table decides (cpu needs numba,
+#: triton needs Triton; both are test extras).
+BACKENDS = _cpu_backends()
+#: The backends compared with the reference backend by the differential suite.
+COMPILED = [b for b in BACKENDS if b != "reference"]
+#: Triton's interpreter runs a kernel some hundred times slower than the compiled cpu backend: in CI each
+#: test function runs ``TRITON_CASES`` of its Triton cases, a fixed sample (the first always);
+#: ``--full`` runs them all.
+TRITON_CASES = 2
+#: More cases where each is small: the differential suite's configurations are 32 x 32 GEMMs.
+TRITON_CASES_OF = {"test_backend_equals_reference_backend": 8}
+#: Test functions whose every case takes the interpreter a minute or more (K up to 2**16, S up to 32):
+#: their Triton cases run with ``--full`` only. CI still runs pairwise combination at S = 5, 11 and 20
+#: in the interpreter (tests/test_triton_backend.py::test_pairwise_combination_at_large_s).
+TRITON_FULL_ONLY = frozenset({
+    "test_split_combination_order_matters_and_matches",
+    "test_combination_order_probes_up_to_32_parts",
+    "test_pairwise_record",
+})
 
 
 @pytest.fixture(params=BACKENDS, scope="session")
 def backend(request: pytest.FixtureRequest) -> str:
     """The backend under test (all backends share one exactness suite)."""
     return str(request.param)
+
+
+@pytest.fixture(params=COMPILED, scope="session")
+def compiled_backend(request: pytest.FixtureRequest) -> str:
+    """A backend other than the reference, for the differential suite."""
+    return str(request.param)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Outside ``--full``, keep a fixed sample of ``TRITON_CASES`` Triton cases of each test function
+    (none of those in ``TRITON_FULL_ONLY``)."""
+    if FULL:
+        return
+    groups: dict[str, list[int]] = {}
+    for i, item in enumerate(items):
+        params = getattr(item, "callspec", None)
+        if params is not None and "triton" in (params.params.get("backend"), params.params.get("compiled_backend")):
+            groups.setdefault(f"{item.path}::{getattr(item, 'originalname', item.name)}", []).append(i)
+    drop: set[int] = set()
+    for key, members in groups.items():
+        if key.rsplit("::", 1)[1] in TRITON_FULL_ONLY:
+            drop.update(members)
+        else:
+            count = TRITON_CASES_OF.get(key.rsplit("::", 1)[1], TRITON_CASES)
+            if len(members) > count:  # a fixed pseudo-random sample (the same in every run), the first case kept
+                keep = {members[0], *random.Random(key).sample(members[1:], count - 1)}
+                drop.update(m for m in members if m not in keep)
+    if drop:
+        config.hook.pytest_deselected(items=[items[i] for i in sorted(drop)])
+        items[:] = [item for i, item in enumerate(items) if i not in drop]
 
 
 ROOT = Path(__file__).resolve().parents[1]

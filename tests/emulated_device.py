@@ -14,11 +14,11 @@ from typing import Any
 import torch
 
 import mmaemu
-from mmaemu.cublaslt import HeuristicQuery, HeuristicResult
+from mmaemu.platforms.cublaslt import HeuristicQuery, HeuristicResult
 from mmaemu.formats import Fp8Format, OutFormat, fp8_format_of
-from mmaemu.model import Preset
-from mmaemu.platform import Profile, SplitFamily, get_profile
-from mmaemu.record import Grid
+from mmaemu.presets import Preset
+from mmaemu.platforms.profiles import Profile, SplitFamily, get_profile
+from mmaemu.recording.grid import Grid
 
 E4, E5 = Fp8Format.E4M3, Fp8Format.E5M2
 

@@ -11,4 +11,9 @@ def test_info(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["info"]) == 0
     out = capsys.readouterr().out
     assert "torch" in out and "hopper-te" in out and "b200-mma-sync-experimental" in out
-    assert "reference  available" in out
+    # one line per backend and device, from the capability table; auto's choice for CPU tensors marked
+    assert "reference  cpu   available" in out
+    lines = [line for line in out.splitlines() if line.startswith("  ") and " cpu " in line[:20]]
+    assert [line.split()[0] for line in lines if line.split()[0] in ("reference", "cpu", "triton")] == [
+        "reference", "cpu", "triton"]
+    assert sum("backend='auto' takes it" in line for line in lines) == 1

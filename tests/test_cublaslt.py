@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import torch
 
-import mmaemu.cublaslt as lt
-from mmaemu.cublaslt import (
+import mmaemu.platforms.cublaslt as lt
+from mmaemu.platforms.cublaslt import (
     CublasLt,
     HeuristicQuery,
     HeuristicResult,
@@ -47,7 +47,7 @@ def query(m: int = 64, n: int = 5760, k: int = 1920, a: torch.dtype = E4, b: tor
 def test_module_imports_without_loading_anything() -> None:
     for name in lt.__all__:
         assert hasattr(lt, name), name
-    code = "import mmaemu.cublaslt as c; assert c._LOADED == {}, c._LOADED"
+    code = "import mmaemu.platforms.cublaslt as c; assert c._LOADED == {}, c._LOADED"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
 

@@ -1,4 +1,8 @@
-"""Differential test: the compiled cpu backend against the reference backend, bit for bit.
+"""Differential test: every compiled backend against the reference backend, bit for bit.
+
+The backends are the capability table's (``compiled_backend`` fixture, tests/conftest.py): the cpu
+backend, and the Triton kernels in Triton's interpreter (eight configurations in CI, all with
+``--full``).
 
 240 configurations (preset x format pair x accumulation x split x data kind), each one GEMM of
 random or adversarial operands from a seeded generator. CI runs 32 x 32 outputs per configuration
@@ -19,8 +23,6 @@ import mmaemu
 from mmaemu.accumulation import CONTIGUOUS_TILE, MAX_EMPTY_PARTS, ROUND_ROBIN_TILE
 from conftest import FULL
 from mmaemu.testing import assert_bitwise_equal
-
-pytest.importorskip("numba")
 
 M, N = (72, 64) if FULL else (32, 32)
 PRESETS = ("hopper", "ada")
@@ -53,8 +55,8 @@ def _operand(kind: str, rows: int, k: int, dtype: torch.dtype, gen: torch.Genera
 
 
 @pytest.mark.parametrize(("preset", "pair", "fast", "split", "kind"), CONFIGS)
-def test_cpu_backend_equals_reference_backend(preset: str, pair: tuple[torch.dtype, torch.dtype], fast: bool,
-                                              split: int | tuple[int, str], kind: str) -> None:
+def test_backend_equals_reference_backend(compiled_backend: str, preset: str, pair: tuple[torch.dtype, torch.dtype],
+                                          fast: bool, split: int | tuple[int, str], kind: str) -> None:
     index = CONFIGS.index((preset, pair, fast, split, kind))
     gen = torch.Generator().manual_seed(index)
     k = KS[index % len(KS)]
@@ -65,7 +67,7 @@ def test_cpu_backend_equals_reference_backend(preset: str, pair: tuple[torch.dty
     b = _operand(kind, N, k, pair[1], gen)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", mmaemu.UnverifiedSplitWarning)
-        got = mmaemu.accumulate(a, b, use_fast_accum=fast, splitk=split, profile=preset, backend="cpu")
+        got = mmaemu.accumulate(a, b, use_fast_accum=fast, splitk=split, profile=preset, backend=compiled_backend)
         want = mmaemu.accumulate(a, b, use_fast_accum=fast, splitk=split, profile=preset, backend="reference")
     assert_bitwise_equal(got, want)
 

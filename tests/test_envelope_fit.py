@@ -4,15 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from mmaemu.recording import (
-    NO_CLAIM,
-    Part,
-    TableRows,
-    fit_envelope,
-    heldout_mask,
-    setting_code,
-    validate_envelope,
-)
+from mmaemu.recording.envelope import NO_CLAIM, TableRows, fit_envelope, heldout_mask, validate_envelope
+from mmaemu.recording.format import Part
+from mmaemu.platforms.table import setting_code
 
 SETTING = int(setting_code(0, 0, 1, 1, 1))  # e4m3 x e4m3 -> bf16, fast, 1 MiB
 KS = (1024, 2048, 4096, 8192)

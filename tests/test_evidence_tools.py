@@ -43,7 +43,7 @@ def test_figures_need_evidence(tmp_path: Path) -> None:
 
 
 def test_the_profiles_table_lists_the_registry() -> None:
-    from mmaemu.platform import profiles
+    from mmaemu.platforms.profiles import profiles
 
     table = load_tool("validation_report").profiles_table()
     for p in profiles():

@@ -19,10 +19,11 @@ import torch
 import mmaemu
 from mmaemu import ops
 from mmaemu.backends import cpu as cpu_backend
-from mmaemu.backends import triton_backend
-from mmaemu.checks import check_cpu_subnormals
+from mmaemu.backends.triton import backend as triton_backend
+from mmaemu.host import check_cpu_subnormals
 from mmaemu.formats import Fp8Format, OutFormat
-from mmaemu.platform import Problem, get_profile, resolve_splitk
+from mmaemu.platforms.splitk import Problem, SplitSource, resolve_splitk
+from mmaemu.platforms.profiles import get_profile
 from mmaemu.testing import assert_bitwise_equal
 
 E4, E5 = torch.float8_e4m3fn, torch.float8_e5m2
@@ -451,7 +452,7 @@ def test_splitk_strict_on_spellings(value: str, monkeypatch: pytest.MonkeyPatch)
 @pytest.mark.parametrize("value", ["0", "false", "FALSE", "no", " off ", "", "  "])
 def test_splitk_strict_off_spellings(value: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MMAEMU_SPLITK_STRICT", value)
-    assert decide_quietly().source == "envelope"
+    assert decide_quietly().source is SplitSource.ENVELOPE
 
 
 @pytest.mark.parametrize("value", ["maybe", "2", "yess", "-1"])

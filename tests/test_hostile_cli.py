@@ -16,10 +16,12 @@ import pytest
 import torch
 from emulated_device import TINY_GRID, EmulatedDevice
 
-from mmaemu import bench, cli, replay as replay_module
-from mmaemu.record import main_record, record
-from mmaemu.recording import RecordingWriter, reseal
-from mmaemu.replay import main_replay, replay
+from mmaemu import bench, cli
+from mmaemu.accumulation import Scheme, SplitK
+from mmaemu.recording import replay as replay_module
+from mmaemu.recording.record import main_record, record
+from mmaemu.recording.format import RecordingWriter, reseal
+from mmaemu.recording.replay import main_replay, replay
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -263,8 +265,9 @@ def test_usage_error_from_the_shell() -> None:
 def test_good_option_values_still_parse() -> None:
     parser = cli.build_parser()
     args = parser.parse_args(["explain", "0", "16", "16", "--splitk", "4, pairwise", "--fmt", "E5M2,e4m3"])
-    assert (args.M, args.splitk, args.fmt) == (0, (4, "pairwise"), (torch.float8_e5m2, torch.float8_e4m3fn))
-    assert parser.parse_args(["explain", "1", "1", "1", "--splitk", "1"]).splitk == 1
+    assert (args.M, args.splitk, args.fmt) == (0, SplitK(4, Scheme.PAIRWISE), (torch.float8_e5m2, torch.float8_e4m3fn))
+    assert parser.parse_args(["explain", "1", "1", "1", "--splitk", "1"]).splitk == SplitK(1, Scheme.NONE)
+    assert parser.parse_args(["explain", "1", "1", "1", "--splitk", "auto"]).splitk == "auto"
     args = parser.parse_args(["bench", "--shape", "16X64x32", "--shape", "1x1x1", "--repeat", "2"])
     assert args.shape == [(16, 64, 32), (1, 1, 1)] and args.repeat == 2
     args = parser.parse_args(["record", "--out", "new-dir", "--torch-workspace", str(4 << 20), "--budget-minutes", "0.5"])
@@ -335,8 +338,8 @@ def test_the_cli_docstring_lists_every_command() -> None:
 
 def test_a_replay_under_another_preset_does_not_validate_the_profile(recorded: Path, tmp_path: Path) -> None:
     """Old code: a passing replay with --preset X validated a profile built with the probes' preset Y."""
-    from mmaemu.model import Maturity
-    from mmaemu.recording import profile_from_recording
+    from mmaemu.presets import Maturity
+    from mmaemu.recording.profile import profile_from_recording
 
     path = _copy(recorded, tmp_path)
     report = json.loads((path / "replay.json").read_text())

@@ -17,8 +17,9 @@ import pytest
 import torch
 
 import mmaemu
-from mmaemu import model
-from mmaemu.model import HOPPER, BlockOperands
+from mmaemu import model, presets
+from mmaemu.presets import HOPPER
+from mmaemu.model import BlockOperands
 from mmaemu.nn import EmulatedFP8Linear
 from mmaemu.quantization import current_scale, quantize, reciprocal_scale, scale_from_amax
 from mmaemu.testing import assert_bitwise_equal, bitwise_diff
@@ -272,7 +273,7 @@ def test_layer_refuses_bad_weights_and_modules() -> None:
 def test_unregistered_profile_object_is_refused() -> None:
     from dataclasses import replace
 
-    from mmaemu.platform import get_profile
+    from mmaemu.platforms.profiles import get_profile
 
     twin = replace(get_profile("hopper-te"), name="hopper")  # hopper's name, hopper-te's tables
     with pytest.raises(ValueError, match="not the profile registered under that name"):
@@ -376,4 +377,4 @@ def test_quantize_input_checks_the_activation_as_forward_does() -> None:
 @pytest.mark.parametrize("kwargs", [dict(block_size=True, frac_bits=13), dict(block_size=32, frac_bits=True)])
 def test_preset_refuses_bools(kwargs: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match="must be an int"):
-        model.Preset("bool", **kwargs)
+        presets.Preset("bool", **kwargs)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import mmaemu
-from mmaemu.model import ADA, B200_MMA_SYNC, HOPPER, CMode, Maturity, Preset, Rounding, get_preset, presets
+from mmaemu.presets import ADA, B200_MMA_SYNC, HOPPER, CMode, Maturity, Preset, Rounding, get_preset, presets
 
 
 def test_shipped_presets() -> None:

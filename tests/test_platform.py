@@ -9,9 +9,13 @@ import pytest
 import torch
 
 import mmaemu
+from mmaemu.accumulation import Scheme
+from mmaemu.platforms.splitk import SplitSource
 from conftest import RECORDINGS, require
 from mmaemu.formats import Fp8Format, OutFormat
-from mmaemu.platform import PROFILES, RENAMED, Problem, SplitTable, get_profile, profiles, resolve_splitk
+from mmaemu.platforms.profiles import PROFILES, RENAMED, get_profile, profiles
+from mmaemu.platforms.splitk import Problem, resolve_splitk
+from mmaemu.platforms.table import WS_BYTES, Setting, SplitTable
 
 E4, E5 = Fp8Format.E4M3, Fp8Format.E5M2
 OUTS = [OutFormat.FLOAT32, OutFormat.BFLOAT16, OutFormat.FLOAT16, OutFormat.E4M3, OutFormat.E5M2]
@@ -54,9 +58,9 @@ def test_every_recorded_row_resolves_to_the_recorded_split(table_id: str) -> Non
         p = problem(int(raw["M"][i]), int(raw["N"][i]), int(raw["K"][i]), OUTS[raw["out"][i]], bool(raw["fast"][i]),
                     (E4, E5)[raw["fa"][i]], (E4, E5)[raw["fb"][i]])
         d = quiet(PROFILE_BY_WS[family][ws], p)
-        assert (d.S, d.source) == (int(raw["splitK"][i]), "table")
-        expected_scheme = "none" if d.S == 1 else ("contiguous" if family == "hopper" else
-                                                     ("pairwise" if raw["custom"][i] == 1 else "serial"))
+        assert (d.parts, d.source) == (int(raw["splitK"][i]), SplitSource.TABLE)
+        expected_scheme = Scheme.NONE if d.parts == 1 else (Scheme.CONTIGUOUS if family == "hopper" else
+                                                     (Scheme.PAIRWISE if raw["custom"][i] == 1 else Scheme.SERIAL))
         assert d.scheme == expected_scheme
 
 
@@ -81,9 +85,9 @@ def test_every_workspace_and_customoption_resolves(table_id: str) -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", mmaemu.MmaemuWarning)
             d = resolve_splitk(profile, p)
-        assert (d.S, d.source) == (int(raw["splitK"][i]), "table")
+        assert (d.parts, d.source) == (int(raw["splitK"][i]), SplitSource.TABLE)
         if split:
-            assert d.scheme == ("contiguous" if family == "hopper" else ("pairwise" if custom == 1 else "serial"))
+            assert d.scheme == (Scheme.CONTIGUOUS if family == "hopper" else (Scheme.PAIRWISE if custom == 1 else Scheme.SERIAL))
 
 
 def test_shipped_tables_match_a_fresh_conversion() -> None:
@@ -107,23 +111,23 @@ def test_tables_record_the_profiles_platforms() -> None:
 
 def test_cases_from_the_seeds() -> None:
     d = quiet("hopper", problem(64, 5760, 1920))
-    assert (d.S, d.scheme, d.source, d.verified) == (1, "none", "table", True)
+    assert (d.parts, d.scheme, d.source, d.verified) == (1, Scheme.NONE, SplitSource.TABLE, True)
     with pytest.raises(mmaemu.SplitKUnknownError, match="explain"):
         quiet("hopper", problem(16, 256, 128))  # K below the envelope's range, not in the table
-    assert quiet("ada", problem(16, 128, 8192)).S == 8
+    assert quiet("ada", problem(16, 128, 8192)).parts == 8
     d = quiet("ada", problem(16, 128, 8192, fast=False))
-    assert (d.S, d.scheme, d.source) == (12, "pairwise", "table")
-    assert quiet("ada", problem(16, 128, 8192, fast=True)).scheme == "pairwise"
-    assert quiet("ada", problem(64, 256, 1920)).S == 1
+    assert (d.parts, d.scheme, d.source) == (12, Scheme.PAIRWISE, SplitSource.TABLE)
+    assert quiet("ada", problem(16, 128, 8192, fast=True)).scheme is Scheme.PAIRWISE
+    assert quiet("ada", problem(64, 256, 1920)).parts == 1
     for k, n in ((1920, 5760), (8192, 24576)):  # Evo 2 projections, hopper-te and ada-te, M up to 8,192
         for m in (1, 7, 100, 2048, 8192):
             for prof in ("hopper-te", "ada-te"):
-                assert quiet(prof, problem(m, n, k)).S == 1
+                assert quiet(prof, problem(m, n, k)).parts == 1
 
 
 def test_workspace0_source() -> None:
     d = quiet("hopper-ws0", problem(3, 4096, 999_936))
-    assert (d.S, d.source) == (1, "workspace0")
+    assert (d.parts, d.source) == (1, SplitSource.WORKSPACE0)
 
 
 def test_h100_envelope_break_points(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -143,9 +147,9 @@ def test_h100_envelope_break_points(monkeypatch: pytest.MonkeyPatch) -> None:
         if m_above % 2 == 0:
             m_above += 1
         d = quiet(hopper, problem(m_above, n, k))
-        assert d.source in ("envelope", "table") and d.S == 1
+        assert d.source in (SplitSource.ENVELOPE, SplitSource.TABLE) and d.parts == 1
         m_below = b // n - 1
-        if m_below * n <= b and table.lookup(SplitTable.setting(E4, E4, OutFormat.BFLOAT16, True, 1), m_below, n, k) is None:
+        if m_below * n <= b and table.lookup(Setting(E4, E4, OutFormat.BFLOAT16, True, WS_BYTES[1]).code, m_below, n, k) is None:
             with pytest.raises(mmaemu.SplitKUnknownError):
                 quiet(hopper, problem(m_below, n, k))
     assert bound(1024) == 15_360 and bound(5120) == 15_360 and bound(5136) > 15_360
@@ -159,11 +163,11 @@ def test_h100_envelope_break_points(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_rtx4060_envelope_is_twice_the_largest_split() -> None:
     table = SplitTable.load("heur_rtx4060_lt12.8.3.14")
-    stats = table.setting_stats(1 << 20, OutFormat.BFLOAT16, True, E4, E4)
+    stats = table.setting_stats(Setting(E4, E4, OutFormat.BFLOAT16, True, 1 << 20))
     assert stats is not None
     bound = 2 * stats["max_split_MN"]
     d = quiet("ada", problem(bound // 16 + 1, 16, 3000))
-    assert (d.S, d.source) == (1, "envelope")
+    assert (d.parts, d.source) == (1, SplitSource.ENVELOPE)
     with pytest.raises(mmaemu.SplitKUnknownError):
         quiet("ada", problem(bound // 16 - 1, 16, 3000))
 
@@ -172,13 +176,13 @@ def test_warnings_of_decisions() -> None:
     te = get_profile("hopper-te")
     with pytest.warns(mmaemu.UnvalidatedEnvelopeWarning):
         d = resolve_splitk(te, problem(4095, 4097, 3000))
-    assert (d.source, d.verified) == ("envelope", False)
+    assert (d.source, d.verified) == (SplitSource.ENVELOPE, False)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert resolve_splitk(get_profile("hopper"), problem(4095, 4097, 3000)).verified
     # S > 1 under Transformer Engine is experimental
     table = SplitTable.load("heur_rtx4060_lt12.8.3.14")
-    s = SplitTable.setting(E4, E4, OutFormat.BFLOAT16, True, 2)
+    s = Setting(E4, E4, OutFormat.BFLOAT16, True, WS_BYTES[2]).code
     lo, hi = int(table.setting_start[s]), int(table.setting_start[s + 1])
     row = lo + int(np.nonzero(table.S[lo:hi] > 1)[0][0])
     key = int(table.key[row])
@@ -215,7 +219,7 @@ def test_default_profile_from_environment(monkeypatch: pytest.MonkeyPatch) -> No
 def test_lookup_agrees_with_lookup_many() -> None:
     """Not timed (tools/bench_splitk.py is the benchmark): the scalar and vectorised lookups find the same rows."""
     table = SplitTable.load("heur_h100pcie_lt12.8.3.14")
-    s = SplitTable.setting(E4, E4, OutFormat.BFLOAT16, True, 1)
+    s = Setting(E4, E4, OutFormat.BFLOAT16, True, WS_BYTES[1]).code
     row = table.lookup(s, 64, 5760, 1920)
     assert row is not None
     assert [table.lookup(s, 64, 5760, 1920) for _ in range(3)] == [row] * 3
@@ -225,13 +229,13 @@ def test_lookup_agrees_with_lookup_many() -> None:
 
 def test_live_query_source(monkeypatch: pytest.MonkeyPatch) -> None:
     """On the reference platform a live cuBLASLt answer decides shapes off the table (simulated here)."""
-    import mmaemu.platform as plat
+    import mmaemu.platforms.splitk as plat
 
     assert plat.live_query(get_profile("hopper"), problem(16, 256, 128)) is None  # not the reference GPU
     monkeypatch.setattr(plat, "live_query", lambda profile, p: (3, 1))
     table = SplitTable.load("heur_rtx4060_lt12.8.3.14")
-    assert table.lookup(SplitTable.setting(E4, E4, OutFormat.BFLOAT16, True, 1), 3, 48, 13_008) is None
+    assert table.lookup(Setting(E4, E4, OutFormat.BFLOAT16, True, WS_BYTES[1]).code, 3, 48, 13_008) is None
     d = quiet("ada", problem(3, 48, 13_008))
-    assert (d.S, d.scheme, d.source) == (3, "pairwise", "live-query")
+    assert (d.parts, d.scheme, d.source) == (3, Scheme.PAIRWISE, SplitSource.LIVE_QUERY)
     d = quiet("hopper", problem(16, 256, 128))
-    assert (d.S, d.scheme, d.source) == (3, "contiguous", "live-query")
+    assert (d.parts, d.scheme, d.source) == (3, Scheme.CONTIGUOUS, SplitSource.LIVE_QUERY)

@@ -10,9 +10,9 @@ import torch
 
 from mmaemu.accumulation import Scheme, SplitK
 from mmaemu.backends import reference
-from mmaemu.model import ADA, HOPPER, CMode, Preset
-from mmaemu.platform import SplitFamily
-from mmaemu.probes import (
+from mmaemu.presets import ADA, HOPPER, CMode, Preset
+from mmaemu.platforms.profiles import SplitFamily
+from mmaemu.recording.probes import (
     CANDIDATES,
     Candidate,
     ProbeResult,

@@ -14,6 +14,7 @@ import hashlib
 import torch
 
 import mmaemu
+from mmaemu.platforms.splitk import SplitSource
 from mmaemu.cli import _quickstart_operands, main
 
 M, N, K = 64, 5760, 1920
@@ -56,12 +57,12 @@ def test_quickstart_operands_are_pinned() -> None:
 def test_quickstart_hopper_vs_ada() -> None:
     x, w, sx, sw = quickstart_operands()
     plan = mmaemu.call.decide_split(
-        mmaemu.platform.get_profile("hopper"),
-        mmaemu.platform.Problem(M, N, K, mmaemu.formats.Fp8Format.E4M3, mmaemu.formats.Fp8Format.E4M3,
+        mmaemu.platforms.profiles.get_profile("hopper"),
+        mmaemu.platforms.splitk.Problem(M, N, K, mmaemu.formats.Fp8Format.E4M3, mmaemu.formats.Fp8Format.E4M3,
                                 mmaemu.formats.OutFormat.BFLOAT16, True),
         "auto",
     )
-    assert (plan.S, plan.source) == (1, "table")
+    assert (plan.parts, plan.source) == (1, SplitSource.TABLE)
     y = mmaemu.scaled_mm(x, w.t(), sx, sw, out_dtype=torch.bfloat16, use_fast_accum=True, profile="hopper")
     y_ada = mmaemu.scaled_mm(x, w.t(), sx, sw, out_dtype=torch.bfloat16, use_fast_accum=True, profile="ada")
     assert (y.dtype, tuple(y.shape), y_ada.dtype, tuple(y_ada.shape)) == (torch.bfloat16, (M, N), torch.bfloat16, (M, N))

@@ -1,4 +1,4 @@
-"""PLUMBING tests of record -> recording -> replay -> Profile.from_recording, on a CPU.
+"""PLUMBING tests of record -> recording -> replay -> profile_from_recording, on a CPU.
 
 The recordings here are built by the recorder itself, driven by ``EmulatedDevice`` (tests/emulated_device.py):
 its heuristic is a synthetic rule and its "GPU outputs" are mmaemu's own. These tests show that the format,
@@ -19,31 +19,19 @@ import torch
 from emulated_device import TINY_GRID, EmulatedDevice
 
 import mmaemu
+from mmaemu.platforms.splitk import SplitSource
 from mmaemu import cli
 from mmaemu.formats import Fp8Format, OutFormat
-from mmaemu.model import Maturity
-from mmaemu.platform import (
-    USER_PROFILES,
-    Problem,
-    Profile,
-    SplitTable,
-    get_profile,
-    register_profile,
-    resolve_splitk,
-    unregister_profile,
-)
-from mmaemu.record import Budget, Recorder, record
-from mmaemu.recording import (
-    CallClass,
-    CallRecord,
-    Part,
-    Recording,
-    Section,
-    SectionStatus,
-    TableRows,
-    reseal,
-)
-from mmaemu.replay import main_replay, replay
+from mmaemu.presets import Maturity
+from mmaemu.platforms.profiles import USER_PROFILES, get_profile, register_profile, unregister_profile
+from mmaemu.platforms.splitk import Problem, resolve_splitk
+from mmaemu.platforms.table import SplitTable
+from mmaemu.recording.budget import Budget
+from mmaemu.recording.record import Recorder, record
+from mmaemu.recording.format import CallClass, CallRecord, Part, Recording, Section, SectionStatus, reseal
+from mmaemu.recording.envelope import TableRows
+from mmaemu.recording.profile import profile_from_recording
+from mmaemu.recording.replay import main_replay, replay
 
 E4 = Fp8Format.E4M3
 
@@ -161,9 +149,9 @@ def test_changed_file_and_nondeterminism_fail(recorded: Path, tmp_path: Path) ->
 def test_profile_from_recording(recorded: Path) -> None:
     """Plumbing: the recorded profile's resolve_splitk reproduces the recorded rows, runs calls, and its
     maturity reflects the replay (validated after a passing replay of this very recording)."""
-    profile = Profile.from_recording(recorded, name="emulated-hopper")
+    profile = profile_from_recording(recorded, name="emulated-hopper")
     assert profile.maturity is Maturity.VALIDATED
-    assert profile.preset is mmaemu.model.HOPPER and profile.evidence is not None
+    assert profile.preset is mmaemu.presets.HOPPER and profile.evidence is not None
     assert profile.evidence["replay"] == "passed" and profile.evidence["live_calls_equal"] > 0
     assert profile.workspace_bytes == 1 << 20 and profile.table_id is not None
     rows = TableRows.of(Recording.open(recorded).table_columns())
@@ -177,7 +165,7 @@ def test_profile_from_recording(recorded: Path) -> None:
                               [OutFormat.FLOAT32, OutFormat.BFLOAT16, OutFormat.FLOAT16, OutFormat.E4M3, OutFormat.E5M2][(s >> 3) & 7],
                               bool((s >> 2) & 1))
             d = resolve_splitk(profile, problem)
-            if (d.S, d.source) != (int(rows.S[i]), "table"):
+            if (d.parts, d.source) != (int(rows.S[i]), SplitSource.TABLE):
                 raise AssertionError((i, d))
     # off the table, above the fitted bound: the envelope (validated on the held-out rows) decides S = 1
     assert profile.evidence["envelope"]["1048576"] == "validated"
@@ -186,7 +174,7 @@ def test_profile_from_recording(recorded: Path) -> None:
                  == (1 << 20, "float32", True, "e4m3", "e4m3"))["B"][envelope["K_grid"].index(4096)]
     assert bound < 1 << 20
     d = resolve_splitk(profile, Problem(bound // 4096 + 1, 4096, 4096, E4, E4, OutFormat.FLOAT32, True))
-    assert (d.S, d.source, d.verified) == (1, "envelope", True)
+    assert (d.parts, d.source, d.verified) == (1, SplitSource.ENVELOPE, True)
     # a registered user profile is found by name, and scaled_mm runs under it with splitk="auto"
     register_profile(profile)
     try:
@@ -195,7 +183,7 @@ def test_profile_from_recording(recorded: Path) -> None:
         b = torch.ones(256, 4096).to(torch.float8_e4m3fn)
         one = torch.tensor(1.0)
         plan = mmaemu.explain(a, b.t(), one, one, out_dtype=torch.float32, use_fast_accum=True, profile="emulated-hopper")
-        assert plan.split is not None and (plan.split.S, plan.split.source) == (2, "table")
+        assert plan.split is not None and (plan.split.parts, plan.split.source) == (2, SplitSource.TABLE)
         out = mmaemu.scaled_mm(a, b.t(), one, one, out_dtype=torch.float32, use_fast_accum=True, profile="emulated-hopper")
         assert torch.equal(out, torch.full((16, 256), 4096.0))
     finally:
@@ -205,7 +193,7 @@ def test_profile_from_recording(recorded: Path) -> None:
 
 def test_profile_without_a_replay_is_experimental(recorded: Path, tmp_path: Path) -> None:
     path = _copy(recorded, tmp_path)
-    profile = Profile.from_recording(path)
+    profile = profile_from_recording(path)
     assert profile.maturity is Maturity.EXPERIMENTAL and profile.evidence is not None
     assert profile.evidence["replay"] == "not run" and "replay not run" in profile.source
     with pytest.warns(mmaemu.UnverifiedSplitWarning):  # no replayed split call backs this profile's splits
@@ -241,7 +229,7 @@ def test_budget_stops_cleanly_and_the_partial_recording_replays(tmp_path: Path) 
     assert rec.section(Section.ENVIRONMENT) is SectionStatus.COMPLETE
     assert rec.manifest["budget"]["stopped"] and rec.has_table()
     assert rec.changed_files() == []
-    report = replay(path, preset="hopper", split_family=mmaemu.platform.SplitFamily.CONTIGUOUS, write=False)
+    report = replay(path, preset="hopper", split_family=mmaemu.platforms.profiles.SplitFamily.CONTIGUOUS, write=False)
     assert not [f for f in report.failures if not f.startswith(("probes", "recording incomplete"))], report.failures
     assert not report.passed and "section heuristics is partial (stopped by the time budget)" in report.incomplete
 

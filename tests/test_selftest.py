@@ -19,8 +19,10 @@ import torch
 
 import mmaemu
 from mmaemu import backends
-from mmaemu.backends import Backend, auto_fallback, resolve_backend, triton_backend, triton_selftest
-from mmaemu.backends.triton_selftest import KernelResult, SelfTestReport
+from mmaemu.backends import Backend, auto_fallback, resolve_backend
+from mmaemu.backends.triton import backend as triton_backend
+from mmaemu.backends.triton import selftest as triton_selftest
+from mmaemu.backends.triton.selftest import KernelResult, SelfTestReport
 from mmaemu.cli import main
 from mmaemu.errors import BackendFallbackWarning, BackendUnavailableError
 
@@ -58,7 +60,7 @@ def test_selftest_passes_in_the_interpreter_and_is_cached() -> None:
 
 @needs_triton
 def test_a_broken_kernel_fails_the_selftest(monkeypatch: pytest.MonkeyPatch, clean_state: None) -> None:
-    real = triton_selftest.accumulate_unchecked
+    real = triton_selftest.accumulate
 
     def off_by_one_ulp(a, b, preset, plan, config=None):  # type: ignore[no-untyped-def]
         out = real(a, b, preset, plan, config)
@@ -66,7 +68,7 @@ def test_a_broken_kernel_fails_the_selftest(monkeypatch: pytest.MonkeyPatch, cle
             out = (out.view(torch.int32) ^ 1).view(torch.float32)
         return out
 
-    monkeypatch.setattr(triton_selftest, "accumulate_unchecked", off_by_one_ulp)
+    monkeypatch.setattr(triton_selftest, "accumulate", off_by_one_ulp)
     report = triton_selftest.selftest("cpu", refresh=True)
     assert not report.passed
     (bad,) = report.failed()
@@ -138,7 +140,7 @@ def test_package_works_without_triton() -> None:
     code = (
         "import sys; sys.modules['triton'] = None\n"
         "import torch, mmaemu\n"
-        "from mmaemu.backends import triton_backend, resolve_backend, Backend\n"
+        "from mmaemu.backends import resolve_backend, Backend\nfrom mmaemu.backends.triton import backend as triton_backend\n"
         "from mmaemu.errors import BackendUnavailableError\n"
         "ok, why = triton_backend.available()\n"
         "assert not ok and 'not installed' in why, why\n"

@@ -1,7 +1,11 @@
-"""The Triton backend's kernels in Triton's CPU interpreter, bit for bit against the reference backend.
+"""The Triton backend's own edges in Triton's CPU interpreter, bit for bit against the reference backend.
 
-CI has no GPU: ``TRITON_INTERPRET=1`` (set here, before the kernels are first imported) runs the
-same kernels on CPU tensors with numpy, exactly for integer and IEEE fp32 work. Every branch of
+The Triton backend also runs the shared exactness suites through the ``backend`` and
+``compiled_backend`` fixtures (tests/conftest.py, from the capability table); this file adds what is
+particular to its launcher and kernel.
+
+CI has no GPU: ``TRITON_INTERPRET=1`` (set by tests/conftest.py, before the kernels are first imported)
+runs the same kernels on CPU tensors with numpy, exactly for integer and IEEE fp32 work. Every branch of
 the kernel and of its launcher is covered: both presets, all three format pairs, fast and slow
 accumulation, S = 1..4 in every split scheme, K not a multiple of 16/32/128, K = 0, M or N = 0,
 output tiles cut by the matrix edge, adversarial data, Inf codes (recomputed), NaN codes (the NaN
@@ -23,10 +27,12 @@ pytest.importorskip("triton", reason="triton is not installed (pip install 'mmae
 import mmaemu  # noqa: E402
 from conftest import FULL  # noqa: E402
 from mmaemu.accumulation import Scheme, SplitK, plan_accumulation  # noqa: E402
-from mmaemu.backends import reference, triton_backend  # noqa: E402
-from mmaemu.backends.triton_backend import TileConfig, accumulate_unchecked  # noqa: E402
-from mmaemu.backends.triton_selftest import adversarial_codes  # noqa: E402
-from mmaemu.model import ADA, B200_MMA_SYNC, HOPPER  # noqa: E402
+from mmaemu.backends import reference  # noqa: E402
+from mmaemu.backends.triton import backend as triton_backend  # noqa: E402
+from mmaemu.backends.triton.backend import TileConfig, accumulate  # noqa: E402
+from mmaemu.backends.triton.selftest import adversarial_codes  # noqa: E402
+from mmaemu.presets import ADA, B200_MMA_SYNC, HOPPER  # noqa: E402
+from mmaemu.testing import assert_bitwise_equal  # noqa: E402
 
 if not triton_backend.interpreting():  # pragma: no cover - the kernels were imported before this file
     pytest.skip("the Triton kernels were compiled for a GPU, not the interpreter", allow_module_level=True)
@@ -37,21 +43,12 @@ FMT = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
 NONE = SplitK(1, Scheme.NONE)
 
 
-def assert_same_bits(got: torch.Tensor, want: torch.Tensor) -> None:
-    assert got.dtype == want.dtype and got.shape == want.shape
-    g, w = got.contiguous().view(torch.uint8), want.contiguous().view(torch.uint8)
-    if not torch.equal(g, w):
-        bad = (got.view(torch.int32) != want.view(torch.int32)).nonzero()[:5].tolist()
-        raise AssertionError(f"{int((got.view(torch.int32) != want.view(torch.int32)).sum())} outputs differ, "
-                             f"first at {bad}: {got[tuple(bad[0])]} vs {want[tuple(bad[0])]}")
-
-
 def check(a: torch.Tensor, b: torch.Tensor, preset: object, fast: bool, split: SplitK,
           config: TileConfig | None = None) -> torch.Tensor:
     plan = plan_accumulation(a.shape[1], fast=fast, split=split)
     want = reference.accumulate(a, b, preset, plan)  # type: ignore[arg-type]
-    got = accumulate_unchecked(a, b, preset, plan, config)  # type: ignore[arg-type]
-    assert_same_bits(got, want)
+    got = accumulate(a, b, preset, plan, config)  # type: ignore[arg-type]
+    assert_bitwise_equal(got, want)
     return got
 
 
@@ -99,13 +96,13 @@ def test_short_and_padded_blocks(k: int) -> None:
 def test_zero_sizes() -> None:
     plan0 = plan_accumulation(0, fast=True, split=NONE)
     empty = torch.zeros(3, 0).to(torch.float8_e4m3fn)
-    out = accumulate_unchecked(empty, torch.zeros(4, 0).to(torch.float8_e4m3fn), HOPPER, plan0)
+    out = accumulate(empty, torch.zeros(4, 0).to(torch.float8_e4m3fn), HOPPER, plan0)
     assert out.shape == (3, 4) and torch.equal(out.view(torch.int32), torch.zeros(3, 4, dtype=torch.int32))
     plan = plan_accumulation(32, fast=True, split=NONE)
     a = adversarial_codes(0, 32, "e4m3", 1)
     b = adversarial_codes(4, 32, "e4m3", 2)
-    assert accumulate_unchecked(a, b, HOPPER, plan).shape == (0, 4)
-    assert accumulate_unchecked(b, a, HOPPER, plan).shape == (4, 0)
+    assert accumulate(a, b, HOPPER, plan).shape == (0, 4)
+    assert accumulate(b, a, HOPPER, plan).shape == (4, 0)
 
 
 @pytest.mark.parametrize("config", [TileConfig(16, 16, 1), TileConfig(8, 32, 1), TileConfig(32, 8, 1)],
@@ -147,7 +144,7 @@ def test_against_the_slow_model() -> None:
     b = adversarial_codes(4, 200, "e5m2", 78)
     for fast, (parts, scheme) in ((True, (1, "none")), (False, (3, "pairwise"))):
         split = NONE if parts == 1 else SplitK(parts, Scheme(scheme))
-        got = accumulate_unchecked(a, b, HOPPER, plan_accumulation(200, fast=fast, split=split))
+        got = accumulate(a, b, HOPPER, plan_accumulation(200, fast=fast, split=split))
         for i, row_a in enumerate(a.view(torch.uint8).tolist()):
             for j, row_b in enumerate(b.view(torch.uint8).tolist()):
                 want = sm.accumulate(row_a, row_b, "e4m3", "e5m2", 32, 13, fast, parts, scheme)
@@ -178,12 +175,12 @@ def test_nan_codes_follow_the_callers_rule() -> None:
     a = a_codes.view(torch.float8_e4m3fn)
     got = mmaemu.accumulate(a, b, use_fast_accum=True, backend="triton")
     want = mmaemu.accumulate(a, b, use_fast_accum=True, backend="reference")
-    assert_same_bits(got, want)
+    assert_bitwise_equal(got, want)
     assert (got[2].view(torch.int32) == 0x7FFFFFFF).all()
 
 
 def test_presets_the_kernel_does_not_express_are_delegated() -> None:
-    assert not triton_backend.supports_preset(B200_MMA_SYNC)
+    assert not triton_backend.expresses(B200_MMA_SYNC)
     a, b = adversarial_codes(3, 64, "e4m3", 11), adversarial_codes(4, 64, "e4m3", 12)
     check(a, b, B200_MMA_SYNC, True, NONE)
 
@@ -210,7 +207,7 @@ def test_scaled_mm_every_output_dtype(out_dtype: torch.dtype) -> None:
     extra = {"scale_result": torch.tensor(0.5)} if out_dtype.itemsize == 1 else {}
     got = mmaemu.scaled_mm(x, w.t(), sa, sb, backend="triton", **extra, **kwargs)  # type: ignore[arg-type]
     want = mmaemu.scaled_mm(x, w.t(), sa, sb, backend="reference", **extra, **kwargs)  # type: ignore[arg-type]
-    assert_same_bits(got, want)
+    assert_bitwise_equal(got, want)
 
 
 def test_scaled_mm_with_an_explicit_split() -> None:
@@ -222,7 +219,7 @@ def test_scaled_mm_with_an_explicit_split() -> None:
                                backend="triton")
         want = mmaemu.scaled_mm(x, w.t(), one, one, out_dtype=torch.bfloat16, profile=profile, splitk=split,
                                 backend="reference")
-        assert_same_bits(got, want)
+        assert_bitwise_equal(got, want)
 
 
 _COMPILE = r"""
@@ -230,7 +227,7 @@ import re, sys
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from mmaemu.backends import triton_kernels as K
+from mmaemu.backends.triton import kernels as K
 sig = {"va_ptr": "*fp32", "ea_ptr": "*i8", "vb_ptr": "*fp32", "eb_ptr": "*i8", "out_ptr": "*fp32",
        "chain_ptr": "*i32", "part_ptr": "*i32", "order_ptr": "*i32", "M": "i32", "N": "i32", "n_parts": "i32",
        "BLOCK": "constexpr", "FRAC": "constexpr", "BLOCK_M": "constexpr", "BLOCK_N": "constexpr"}
@@ -285,11 +282,11 @@ def test_pairwise_combination_at_large_s(s: int, fast: bool) -> None:
 @pytest.mark.parametrize("frac", range(10, 21))
 def test_fraction_bits_with_all_zero_blocks(frac: int) -> None:
     """F = 10..20 with blocks that are all zero while c = +0 (the clamped exponent's scale must stay finite)."""
-    from mmaemu.model import Preset  # noqa: PLC0415
+    from mmaemu.presets import Preset  # noqa: PLC0415
 
     block = max(b for b in (1, 2, 4, 8, 16) if frac + 2 + (b + 1).bit_length() <= 24)  # the kernel's exact range
     preset = Preset(f"f{frac}", block_size=block, frac_bits=frac)
-    assert triton_backend.supports_preset(preset)
+    assert triton_backend.expresses(preset)
     a = adversarial_codes(4, 96, "e4m3", frac)
     b = adversarial_codes(6, 96, "e5m2", frac + 50)
     a.view(torch.uint8)[:, :32] = 0  # the first blocks of every chain: all zero in a and b, c = +0

@@ -30,13 +30,19 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from mmaemu.recording import TABLE_FORMAT, pack_key, serialise_table, setting_code, table_arrays  # noqa: E402
+from mmaemu.platforms.table import (  # noqa: E402 - the package's one home of the table encoding
+    KEY_DESCRIPTION,
+    TABLE_FORMAT,
+    pack_key,
+    serialise_table,
+    setting_code,
+    table_arrays,
+    table_codes,
+)
+
 DEFAULT_SRC = ROOT.parent / "shared" / "recordings" / "splitk"
 DEFAULT_OUT = ROOT / "mmaemu" / "data" / "splitk"
 FORMAT = TABLE_FORMAT
-OUT_NAMES = ["float32", "bfloat16", "float16", "float8_e4m3fn", "float8_e5m2"]
-WS_BYTES = [0, 1 << 20, 4 << 20, 32 << 20]
-FIELD_BITS = 21
 __all__ = ["setting_code", "pack_key", "convert_table", "convert", "serialise", "main"]
 
 
@@ -70,8 +76,8 @@ def convert_table(npz_path: Path, json_path: Path, combos_path: Path) -> tuple[d
         "driver": device["driver"],
         "rows": int(len(key)),
         "split_rows": int((arrays["S"] > 1).sum()),
-        "key": "M << 42 | N << 21 | K within a setting; setting = fa << 7 | fb << 6 | out << 3 | fast << 2 | ws",
-        "codes": {"fmt": ["e4m3", "e5m2"], "out": OUT_NAMES, "ws_bytes": WS_BYTES},
+        "key": KEY_DESCRIPTION,
+        "codes": table_codes(),
         "source": {
             "npz": npz_path.name, "npz_sha256": sha256(npz_path),
             "json": json_path.name, "json_sha256": sha256(json_path),
@@ -125,7 +131,7 @@ def convert(src: Path) -> dict[str, tuple[dict[str, np.ndarray], dict[str, Any]]
 
 
 def serialise(arrays: dict[str, np.ndarray], info: dict[str, Any]) -> tuple[bytes, bytes]:
-    """The package's table writer (mmaemu.recording.serialise_table), shared with recordings."""
+    """The package's table writer (mmaemu.platforms.table.serialise_table), shared with recordings."""
     return serialise_table(arrays, info)
 
 

@@ -81,7 +81,8 @@ def versions(device: Any) -> dict[str, Any]:
     """GPU, driver, torch, CUDA, Triton and cuBLASLt versions."""
     import torch
 
-    from mmaemu import __version__, cublaslt
+    from mmaemu.platforms import cublaslt
+    from mmaemu.version import __version__
 
     info: dict[str, Any] = {
         "mmaemu": __version__, "python": platform.python_version(), "torch": torch.__version__,
@@ -110,7 +111,7 @@ def versions(device: Any) -> dict[str, Any]:
 
 
 def _codes(rows: int, k: int, fmt: str, seed: int, device: Any) -> Any:
-    from mmaemu.backends.triton_selftest import adversarial_codes
+    from mmaemu.backends.triton.selftest import adversarial_codes
 
     return adversarial_codes(rows, k, fmt, seed).to(device)
 
@@ -147,8 +148,8 @@ def check_exactness(device: Any, dry: bool, budget: Budget, max_cases: int | Non
 
     from mmaemu.accumulation import plan_accumulation
     from mmaemu.backends import reference
-    from mmaemu.backends.triton_backend import accumulate_unchecked
-    from mmaemu.model import get_preset
+    from mmaemu.backends.triton.backend import accumulate
+    from mmaemu.presets import get_preset
 
     rows = []
     for i, case in enumerate(exactness_cases(dry)[:max_cases]):
@@ -161,7 +162,7 @@ def check_exactness(device: Any, dry: bool, budget: Budget, max_cases: int | Non
         b = _codes(case["n"], case["k"], case["fmt"][1], 5000 + i, device)
         preset = get_preset(case["preset"])
         plan = plan_accumulation(case["k"], fast=case["fast"], split=case["split"])
-        got = accumulate_unchecked(a, b, preset, plan)
+        got = accumulate(a, b, preset, plan)
         want = reference.accumulate(a, b, preset, plan)
         differ = int((got.view(torch.int32) != want.view(torch.int32)).sum())
         rows.append({"case": label, "status": "exact" if differ == 0 else f"{differ} outputs differ"})
@@ -200,8 +201,8 @@ def time_shapes(device: Any, dry: bool, budget: Budget) -> list[dict[str, Any]]:
     import mmaemu
     from mmaemu.accumulation import Scheme, SplitK, plan_accumulation
     from mmaemu.backends import reference
-    from mmaemu.backends.triton_backend import GPU_CONFIG, TileConfig, accumulate_unchecked
-    from mmaemu.model import HOPPER
+    from mmaemu.backends.triton.backend import GPU_CONFIG, TileConfig, accumulate
+    from mmaemu.presets import HOPPER
 
     timed = _timer(device)
     shapes = DRY_TIMED_SHAPES if dry else TIMED_SHAPES
@@ -231,7 +232,7 @@ def time_shapes(device: Any, dry: bool, budget: Budget) -> list[dict[str, Any]]:
                                            splitk=1, backend="triton"), runs, warm)
         row["triton_scaled_mm_s"] = t
         row["triton_scaled_mm_tmacs"] = m * n * k / t / 1e12
-        t_acc = timed(lambda: accumulate_unchecked(x, w, HOPPER, plan), runs, warm)
+        t_acc = timed(lambda: accumulate(x, w, HOPPER, plan), runs, warm)
         row["triton_accumulate_s"] = t_acc
         row["triton_accumulate_tmacs"] = m * n * k / t_acc / 1e12
         try:
@@ -252,7 +253,7 @@ def time_shapes(device: Any, dry: bool, budget: Budget) -> list[dict[str, Any]]:
                 GPU_CONFIG, TileConfig(32, 32, 4), TileConfig(64, 64, 4), TileConfig(64, 128, 8),
                 TileConfig(128, 64, 8)]  # none spills registers on sm_90 (ptxas -v)
             sweep = []
-            base = accumulate_unchecked(x, w, HOPPER, plan)
+            base = accumulate(x, w, HOPPER, plan)
             if reference_acc is not None and not torch.equal(base.view(torch.int32), reference_acc.view(torch.int32)):
                 row["exact"] = False
             for cfg in configs:
@@ -261,9 +262,9 @@ def time_shapes(device: Any, dry: bool, budget: Budget) -> list[dict[str, Any]]:
                     entry["status"] = "skipped (budget)"
                 else:
                     try:
-                        out = accumulate_unchecked(x, w, HOPPER, plan, cfg)
+                        out = accumulate(x, w, HOPPER, plan, cfg)
                         entry["exact"] = bool(torch.equal(out.view(torch.int32), base.view(torch.int32)))
-                        ts = timed(lambda: accumulate_unchecked(x, w, HOPPER, plan, cfg), 1 if dry else 10,
+                        ts = timed(lambda: accumulate(x, w, HOPPER, plan, cfg), 1 if dry else 10,
                                    0 if dry else 2)
                         entry["s"] = ts
                         entry["tmacs"] = m * n * k / ts / 1e12
@@ -325,7 +326,7 @@ def run(argv: list[str] | None = None) -> int:
         sys.path.insert(0, str(REPO))
     import torch
 
-    from mmaemu.backends.triton_selftest import selftest
+    from mmaemu.backends.triton.selftest import selftest
 
     budget = Budget(args.budget_s)
     device = torch.device("cpu" if args.dry_run else args.device)

@@ -61,16 +61,16 @@ class Mutant:
 
 
 MUTANTS: tuple[Mutant, ...] = (
-    # --- the instruction model (mmaemu/model.py, mmaemu/formats.py)
-    Mutant("hopper-frac-12", "mmaemu/model.py", '"hopper",\n    block_size=32,\n    frac_bits=13,',
+    # --- the instruction model (mmaemu/presets.py, mmaemu/model.py, mmaemu/formats.py)
+    Mutant("hopper-frac-12", "mmaemu/presets.py", '"hopper",\n    block_size=32,\n    frac_bits=13,',
            '"hopper",\n    block_size=32,\n    frac_bits=12,', "hopper keeps 12 fraction bits, not 13", MODEL),
-    Mutant("hopper-frac-14", "mmaemu/model.py", '"hopper",\n    block_size=32,\n    frac_bits=13,',
+    Mutant("hopper-frac-14", "mmaemu/presets.py", '"hopper",\n    block_size=32,\n    frac_bits=13,',
            '"hopper",\n    block_size=32,\n    frac_bits=14,', "hopper keeps 14 fraction bits, not 13", MODEL),
-    Mutant("hopper-block-16", "mmaemu/model.py", '"hopper",\n    block_size=32,',
+    Mutant("hopper-block-16", "mmaemu/presets.py", '"hopper",\n    block_size=32,',
            '"hopper",\n    block_size=16,', "hopper aligns blocks of 16 products, not 32", MODEL),
-    Mutant("ada-block-32", "mmaemu/model.py", '"ada",\n    block_size=16,',
+    Mutant("ada-block-32", "mmaemu/presets.py", '"ada",\n    block_size=16,',
            '"ada",\n    block_size=32,', "ada aligns blocks of 32 products, not 16", MODEL),
-    Mutant("ada-frac-12", "mmaemu/model.py", '"ada",\n    block_size=16,\n    frac_bits=13,',
+    Mutant("ada-frac-12", "mmaemu/presets.py", '"ada",\n    block_size=16,\n    frac_bits=13,',
            '"ada",\n    block_size=16,\n    frac_bits=12,', "ada keeps 12 fraction bits", MODEL),
     Mutant("floor-not-trunc", "mmaemu/model.py", "terms = torch.trunc(products * pow2(",
            "terms = torch.floor(products * pow2(", "product terms rounded toward -inf, not toward zero", MODEL),
@@ -100,11 +100,12 @@ MUTANTS: tuple[Mutant, ...] = (
            "+Inf and -Inf products in one block do not give NaN", MODEL),
     Mutant("zero-times-inf-not-nan", "mmaemu/model.py", "nan = nan | zero_times_inf.any(-1)", "nan = nan",
            "0 * Inf does not give NaN", MODEL),
-    Mutant("b200-truncates", "mmaemu/model.py",
+    Mutant("b200-truncates", "mmaemu/presets.py",
            "frac_bits=25,\n    c_mode=CMode.ROUNDED_ADD,\n    rounding=Rounding.NEAREST_EVEN,",
            "frac_bits=25,\n    c_mode=CMode.ROUNDED_ADD,\n    rounding=Rounding.TRUNCATE,",
            "the B200 preset truncates its block sum instead of rounding to nearest even", MODEL),
-    Mutant("sum-dtype-float64", "mmaemu/model.py", "return torch.float32 if bound_bits <= 24 else torch.float64",
+    Mutant("sum-dtype-float64", "mmaemu/model.py",
+           "return torch.float32 if block_sum_exact_in_fp32(preset, with_c=False) else torch.float64",
            "return torch.float64", "block terms summed in float64 instead of float32", MODEL,
            equivalent="the terms are integers below 2**(F + 2 + log2 B) <= 2**24, so the float32 sum is exact "
                       "and equal to the float64 sum"),
@@ -164,9 +165,13 @@ MUTANTS: tuple[Mutant, ...] = (
     # --- the call contract (mmaemu/checks.py, mmaemu/platform.py)
     Mutant("divisible-by-8", "mmaemu/checks.py", "if k % 16 != 0 or n % 16 != 0:",
            "if k % 8 != 0 or n % 8 != 0:", "mat2 accepted when divisible by 8 only", CALL),
-    Mutant("workspace0-splits", "mmaemu/platform.py", "    if profile.workspace_bytes == 0:\n",
+    Mutant("workspace0-splits", "mmaemu/platforms/splitk.py", "    if profile.workspace_bytes == 0:\n",
            "    if profile.workspace_bytes < 0:\n", "no rule that a zero workspace never splits", CALL),
     # --- the compiled CPU backend (mmaemu/backends/cpu.py)
+    Mutant("table-setting-formats-swapped", "mmaemu/platforms/table.py",
+           "setting_code(FP8_FORMATS.index(self.fmt_a), FP8_FORMATS.index(self.fmt_b),",
+           "setting_code(FP8_FORMATS.index(self.fmt_b), FP8_FORMATS.index(self.fmt_a),",
+           "the split-K table's setting byte built with the two formats swapped", CALL),
     Mutant("cpu-floor-not-trunc", "mmaemu/backends/cpu.py", "np.trunc((v2 * q2[j]) * s)",
            "np.floor((v2 * q2[j]) * s)", "cpu: one of four product terms rounded toward -inf", CPU),
     Mutant("cpu-mask-one-bit-short", "mmaemu/backends/cpu.py", "keep_mask = np.int32(~((1 << (23 - frac)) - 1))",

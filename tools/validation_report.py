@@ -281,7 +281,7 @@ _MARK_END = "<!-- profiles-table:end -->"
 
 def profiles_table() -> str:
     """The registry as a Markdown table (written between markers in docs/profiles.md)."""
-    from mmaemu.platform import profiles
+    from mmaemu.platforms.profiles import profiles
 
     rows = ["| profile | GPU (SMs) | cuBLASLt, torch | caller, workspace | preset (block, fraction bits) | split family "
             "| split-K table | maturity |", "|---|---|---|---|---|---|---|---|"]

@@ -10,92 +10,93 @@ the reason. :func:`auto_fallback` says why ``auto`` did not take a faster one.
 
 from __future__ import annotations
 
-import enum
 import warnings
 from typing import Callable
 
 import torch
 
 from ..accumulation import AccumulationPlan
-from ..errors import BackendFallbackWarning
-from ..model import Preset
-from . import cpu, reference, triton_backend
+from ..errors import BackendFallbackWarning, BackendUnavailableError
+from ..presets import Preset
+from . import cpu, reference
+from .capabilities import AUTO_ORDER, CONCRETE, Backend, Support, parse_backend, supports
+from .triton import backend as triton_backend
+from .triton import selftest as triton_selftest
 
-__all__ = ["Backend", "parse_backend", "resolve_backend", "auto_fallback", "accumulator_function"]
-
-
-class Backend(enum.Enum):
-    """Backend names accepted by ``backend=``."""
-
-    AUTO = "auto"
-    REFERENCE = "reference"
-    CPU = "cpu"
-    TRITON = "triton"
-
+__all__ = [
+    "Backend",
+    "Support",
+    "CONCRETE",
+    "parse_backend",
+    "supports",
+    "resolve_backend",
+    "require",
+    "auto_fallback",
+    "accumulator_function",
+]
 
 AccumulateFn = Callable[[torch.Tensor, torch.Tensor, Preset, AccumulationPlan], torch.Tensor]
 
 
-def parse_backend(name: str | Backend) -> Backend:
-    """The :class:`Backend` a name stands for (the one parser of backend names).
+def _selftest_failure(backend: Backend, device: torch.device) -> str | None:
+    """Why ``backend``'s kernels may not be used on ``device`` (its self-test failed there), or None.
 
-    Raises:
-        ValueError: for an unknown name; the message lists the accepted ones.
+    The Triton kernels run their self-test once per device and process before first use there (CUDA
+    devices, and the CPU under Triton's interpreter).
     """
-    if isinstance(name, Backend):
-        return name
-    try:
-        return Backend(name)
-    except ValueError:
-        accepted = ", ".join(repr(b.value) for b in Backend)
-        raise ValueError(f"backend={name!r} is not a backend; accepted: {accepted}") from None
+    if backend is not Backend.TRITON:
+        return None
+    report = triton_selftest.selftest(device)
+    return None if report.passed else f"self-test failed on {report.device}: {report.summary()}"
 
 
 def resolve_backend(name: str | Backend, device: torch.device) -> Backend:
-    """The concrete backend for ``name`` on ``device``.
+    """The concrete backend for ``name`` on ``device``: ``auto`` takes the first of
+    :data:`~mmaemu.backends.capabilities.AUTO_ORDER` that supports the call (and passed its self-test).
 
     Raises:
         ValueError: for an unknown name; the message lists the accepted ones.
     """
-    name = parse_backend(name)
-    if name is Backend.AUTO:
-        if device.type == "cpu" and cpu.available()[0]:
-            return Backend.CPU
-        if device.type == "cuda":
-            usable, reason, failed = _triton_status(device)
-            if usable:
-                return Backend.TRITON
-            if failed:
-                _warn_fallback_once(device, reason)
-        return Backend.REFERENCE
-    return name
+    chosen = parse_backend(name)
+    if chosen is not Backend.AUTO:
+        return chosen
+    for candidate in AUTO_ORDER.get(device.type, (Backend.REFERENCE,)):
+        if candidate is Backend.REFERENCE:
+            return candidate
+        if not supports(candidate, None, (), device):
+            continue
+        failure = _selftest_failure(candidate, device)
+        if failure is None:
+            return candidate
+        _warn_fallback_once(candidate, device, failure)
+    return Backend.REFERENCE
 
 
-def _triton_status(device: torch.device) -> tuple[bool, str, bool]:
-    """(usable, reason, self-test failed) of the triton backend on a CUDA device; runs the self-test once."""
-    usable, reason = triton_backend.available(device)
-    if not usable:
-        return False, reason, False
-    from .triton_selftest import selftest  # noqa: PLC0415 - imported when a CUDA device asks
+def require(backend: Backend, device: torch.device, preset: Preset) -> None:
+    """Check that a backend named explicitly can run on ``device`` (self-test included).
 
-    report = selftest(device)
-    if report.passed:
-        return True, reason, False
-    return False, f"self-test failed on {report.device}: {report.summary()}", True
+    Raises:
+        BackendUnavailableError: it cannot; the message says why and what to pass instead.
+    """
+    instead = "pass backend='auto' (it picks a backend that runs here) or backend='reference'"
+    support = supports(backend, preset, (), device)
+    if not support.usable:
+        raise BackendUnavailableError(f"backend {backend.value!r} is unavailable: {support.reason}; {instead}")
+    failure = _selftest_failure(backend, device)
+    if failure is not None:
+        raise BackendUnavailableError(f"backend {backend.value!r} {failure}; {instead}")
 
 
 _WARNED: set[str] = set()
 
 
-def _warn_fallback_once(device: torch.device, reason: str) -> None:
-    from .triton_selftest import device_key  # noqa: PLC0415
-
-    key = device_key(device)
+def _warn_fallback_once(backend: Backend, device: torch.device, reason: str) -> None:
+    key = triton_selftest.device_key(device)
     if key in _WARNED:
         return
     _WARNED.add(key)
     warnings.warn(
-        f"backend='auto' falls back to the reference backend on {key}: backend 'triton' {reason}",
+        f"backend='auto' falls back to the reference backend on {key}: backend {backend.value!r} {reason}",
         BackendFallbackWarning,
         stacklevel=4,
     )
@@ -103,17 +104,25 @@ def _warn_fallback_once(device: torch.device, reason: str) -> None:
 
 def auto_fallback(device: torch.device) -> str | None:
     """Why ``backend="auto"`` runs the (slow) reference backend on ``device``, or None when it does not."""
-    if device.type == "cpu":
-        usable, reason = cpu.available()
-        return None if usable else f"backend 'cpu': {reason}"
-    if device.type == "cuda":
-        usable, reason, _ = _triton_status(device)
-        return None if usable else f"backend 'triton': {reason}"
-    return f"no compiled backend for device type {device.type!r}"
+    preferred = [b for b in AUTO_ORDER.get(device.type, ()) if b is not Backend.REFERENCE]
+    if not preferred:
+        return f"no compiled backend for device type {device.type!r}"
+    reasons = []
+    for candidate in preferred:
+        support = supports(candidate, None, (), device)
+        if not support.usable:
+            reasons.append(f"backend {candidate.value!r}: {support.reason}")
+        else:
+            failure = _selftest_failure(candidate, device)
+            if failure is None:
+                return None
+            reasons.append(f"backend {candidate.value!r}: {failure}")
+    return "; ".join(reasons)
 
 
 def accumulator_function(backend: Backend) -> AccumulateFn:
-    """The accumulate function of a concrete backend."""
+    """The accumulate function of a concrete backend (checked by :func:`require` or chosen by
+    :func:`resolve_backend` first)."""
     if backend is Backend.REFERENCE:
         return reference.accumulate
     if backend is Backend.CPU:

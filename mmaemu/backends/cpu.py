@@ -40,10 +40,11 @@ import torch
 from ..accumulation import AccumulationPlan, flatten_plan
 from ..errors import BackendUnavailableError
 from ..formats import Fp8Format, fp8_format_of
-from ..model import CMode, Preset, Rounding
+from ..model import block_sum_exact_in_fp32
+from ..presets import CMode, Preset, Rounding
 from . import reference
 
-__all__ = ["accumulate", "NAME", "available", "release_scratch", "SCRATCH_LIMIT_BYTES"]
+__all__ = ["accumulate", "NAME", "available", "expresses", "release_scratch", "SCRATCH_LIMIT_BYTES"]
 
 NAME = "cpu"
 
@@ -55,6 +56,16 @@ try:  # pragma: no cover - exercised where numba is installed (a dependency)
 except Exception as exc:  # noqa: BLE001
     numba = None  # type: ignore[assignment]
     _NUMBA_ERROR = f"numba is not importable: {exc}"
+
+
+def expresses(preset: Preset) -> bool:
+    """Whether the kernel computes ``preset`` (others are delegated to the reference backend whole).
+
+    The kernel aligns ``c`` with the products, truncates, and adds a block's terms (``c`` included) in
+    fp32, which is exact only within :func:`mmaemu.model.block_sum_exact_in_fp32`.
+    """
+    return (preset.c_mode is CMode.ALIGNED and preset.rounding is Rounding.TRUNCATE
+            and block_sum_exact_in_fp32(preset, with_c=True))
 
 
 def available() -> tuple[bool, str]:
@@ -318,9 +329,7 @@ def accumulate(a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: Accumulat
         raise BackendUnavailableError(f"backend 'cpu' is unavailable: {_NUMBA_ERROR}")
     if a.device.type != "cpu" or b.device.type != "cpu":
         raise BackendUnavailableError("backend 'cpu' runs on CPU tensors only")
-    exact_in_fp32 = preset.frac_bits + 2 + (preset.block_size + 1).bit_length() <= 24
-    unsupported = preset.c_mode is not CMode.ALIGNED or preset.rounding is not Rounding.TRUNCATE or not exact_in_fp32
-    if unsupported:
+    if not expresses(preset):
         return reference.accumulate(a, b, preset, plan)  # non-truncating presets: the reference backend
     m, n = a.shape[0], b.shape[0]
     out = np.zeros((m, n), dtype=np.float32)

@@ -69,7 +69,7 @@ from typing import Any
 
 import torch
 
-from .errors import BackendUnavailableError
+from ..errors import BackendUnavailableError
 
 __all__ = [
     # cudaDataType_t [types.h]

@@ -33,12 +33,12 @@ import contextlib
 import enum
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
 
-from .accumulation import (
+from ..accumulation import (
     SLOW_CHUNK,
     AccumulationPlan,
     Scheme,
@@ -46,14 +46,12 @@ from .accumulation import (
     cut_chains,
     plan_accumulation,
 )
-from .backends import reference
-from .epilogue import epilogue
-from .formats import Fp8Format
-from .model import ADA, B200_MMA_SYNC, HOPPER, CMode, Maturity, Preset, Rounding
-
-if TYPE_CHECKING:
-    from .platform import SplitFamily
-    from .recording import Recording
+from ..backends import reference
+from ..epilogue import epilogue
+from ..formats import Fp8Format, dtype_from_name
+from ..platforms.profiles import SplitFamily
+from ..presets import ADA, B200_MMA_SYNC, HOPPER, CMode, Maturity, Preset, Rounding
+from .format import Recording, sha256_file
 
 __all__ = [
     "CANDIDATES",
@@ -398,8 +396,6 @@ def analyse(results: Sequence[ProbeResult], candidates: Iterable[Candidate] = CA
 
 
 def _analyse(results: Sequence[ProbeResult], candidates: Iterable[Candidate]) -> ProbeVerdict:
-    from .platform import SplitFamily
-
     notes: list[str] = []
     stage1 = [r for r in results if r.probe.stage is ProbeStage.ARITHMETIC and r.S == 1]
     stage2 = [r for r in results if r.probe.stage is ProbeStage.SLOW_INTERVAL and r.S == 1]
@@ -494,7 +490,6 @@ def probe_document(results: Sequence[ProbeResult], errors: Mapping[str, str] | N
     return doc, arrays
 
 
-_DTYPES = {"float8_e4m3fn": torch.float8_e4m3fn, "float8_e5m2": torch.float8_e5m2}
 
 
 def results_from_document(doc: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> list[ProbeResult]:
@@ -504,8 +499,8 @@ def results_from_document(doc: Mapping[str, Any], arrays: Mapping[str, np.ndarra
         name = p["name"]
         if f"out_{name}" not in arrays:
             continue
-        a = torch.from_numpy(np.ascontiguousarray(arrays[f"a_{name}"])).view(_DTYPES[p["fmt_a"]])
-        b = torch.from_numpy(np.ascontiguousarray(arrays[f"b_{name}"])).view(_DTYPES[p["fmt_b"]])
+        a = torch.from_numpy(np.ascontiguousarray(arrays[f"a_{name}"])).view(dtype_from_name(p["fmt_a"]))
+        b = torch.from_numpy(np.ascontiguousarray(arrays[f"b_{name}"])).view(dtype_from_name(p["fmt_b"]))
         out = torch.from_numpy(np.ascontiguousarray(arrays[f"out_{name}"]).view(np.int32)).view(torch.float32)
         probe = ProbeInput(name, ProbeStage(p["stage"]), a, b, bool(p["fast"]))
         results.append(ProbeResult(probe, out, int(p["S"]), int(p["custom"])))
@@ -521,8 +516,6 @@ def verdict_from_recording(rec: Recording) -> ProbeVerdict:
     The verdict is a function of ``probes.json`` and ``probes.npz`` only; it is cached per process by
     their sha256.
     """
-    from .recording import sha256_file
-
     key = tuple(sha256_file(rec.path / name) if (rec.path / name).is_file() else "" for name in ("probes.json", "probes.npz"))
     cached = _VERDICTS.get((key[0], key[1]))
     if cached is not None:

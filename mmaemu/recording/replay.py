@@ -3,12 +3,12 @@
 The report (``DIR/replay.json`` and a summary on stdout) says:
 
 - **integrity**: the data files still have the sha256 the manifest recorded;
-- **probes**: the verdict of :mod:`mmaemu.probes` (which preset, slow interval and split family fit);
+- **probes**: the verdict of :mod:`mmaemu.recording.probes` (which preset, slow interval and split family fit);
 - **calls**: every live call replayed through :func:`mmaemu.scaled_mm` with the preset of the probes' verdict
   (or ``--preset``) and the split the heuristic chose, equal or not, by class (split or unsplit, random
   or adversarial); its inputs are regenerated and checked against their recorded sha256; calls whose
   two GPU runs differed are reported as nondeterministic; a call torch refused must be refused too;
-- **heuristics**: every recorded row reproduced by :func:`mmaemu.platform.resolve_splitk` under a
+- **heuristics**: every recorded row reproduced by :func:`mmaemu.platforms.splitk.resolve_splitk` under a
   profile built from the recording, the live calls' decisions equal to the table's, the envelope's
   held-out test, and, when the GPU, SM count and cuBLASLt version are a shipped profile's, the rows equal
   to the shipped table (drift).
@@ -41,44 +41,33 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from .errors import MmaemuWarning
-from .formats import Fp8Format, OutFormat
-from .model import Preset, get_preset
-from .platform import (
-    PROFILES,
-    Caller,
-    Problem,
-    Profile,
-    SplitFamily,
-    SplitTable,
-    scheme_for,
-    resolve_splitk,
-)
-from .probes import ProbeVerdict, verdict_from_recording
-from .recording import (
+from ..backends import Backend, parse_backend, supports
+from ..errors import MmaemuError, MmaemuWarning
+from ..platforms.profiles import PROFILES, Caller, Profile, SplitFamily
+from ..platforms.splitk import Problem, SplitSource, resolve_splitk, scheme_for
+from ..platforms.table import WS_BYTES, Setting, SplitTable
+from ..presets import Preset, get_preset
+from .envelope import TableRows
+from .format import (
     FORMAT,
     FORMAT_VERSION,
-    OUT_NAMES,
-    WS_BYTES,
     CallClass,
     CallRecord,
     Recording,
     Section,
     SectionStatus,
-    TableRows,
-    call_inputs,
     fp32_scalar,
-    inputs_sha256,
     output_bytes,
     output_sha256,
-    profile_from_recording,
+    sha256_bytes,
     sha256_file,
 )
+from .inputs import call_inputs, inputs_sha256
+from .probes import ProbeVerdict, verdict_from_recording
+from .profile import profile_from_recording
 
 __all__ = ["CallOutcome", "RecordingDamagedError", "ReplayReport", "main_replay", "replay"]
 
-_OUTS = [OutFormat.FLOAT32, OutFormat.BFLOAT16, OutFormat.FLOAT16, OutFormat.E4M3, OutFormat.E5M2]
-_FMTS = [Fp8Format.E4M3, Fp8Format.E5M2]
 #: Rows checked one by one through resolve_splitk per workspace (the rest by the vectorised lookup).
 RESOLVE_SAMPLE = 2000
 
@@ -198,13 +187,13 @@ def _replay_profile(rec: Recording, preset: Preset, family: SplitFamily) -> Prof
 
 
 def _replay_call(call: CallRecord, rec: Recording, profile: Profile, backend: str) -> CallOutcome:
-    from .call import scaled_mm
+    from ..call import scaled_mm
 
     elements = call.m * call.n
     a, b = call_inputs(call.data, call.seed, call.m, call.n, call.k, call.fmt_a, call.fmt_b)
     if inputs_sha256(a, b) != call.input_sha256:
         return CallOutcome(call.id, call.call_class, False, "inputs", None, elements)
-    split: Any = 1 if call.S <= 1 else (call.S, scheme_for(profile, call.S, call.custom).value)
+    split: Any = 1 if call.S <= 1 else (call.S, scheme_for(profile, call.S, call.custom))
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", MmaemuWarning)
@@ -247,20 +236,20 @@ def _heuristics(rec: Recording, preset: Preset, family: SplitFamily, verdict: Pr
         failures.append(f"heuristics: {len(rows) - reproduced} recorded rows not reproduced by the table lookup")
     # one by one through resolve_splitk, a deterministic sample per workspace
     resolved = checked = 0
-    for ws_code in np.unique(rows.setting & 3):
-        idx = np.nonzero((rows.setting & 3) == ws_code)[0]
+    workspaces = np.asarray([Setting.from_code(code).workspace_bytes for code in rows.setting], np.int64)
+    for ws in np.unique(workspaces):
+        idx = np.nonzero(workspaces == ws)[0]
         if len(idx) > RESOLVE_SAMPLE:
             idx = idx[np.linspace(0, len(idx) - 1, RESOLVE_SAMPLE).astype(np.int64)]
-        variant = dataclasses.replace(profile, workspace_bytes=WS_BYTES[int(ws_code)])
+        variant = dataclasses.replace(profile, workspace_bytes=int(ws))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", MmaemuWarning)
             for i in idx:
-                s = int(rows.setting[i])
-                problem = Problem(int(rows.m[i]), int(rows.n[i]), int(rows.k[i]), _FMTS[(s >> 7) & 1], _FMTS[(s >> 6) & 1],
-                                  _OUTS[(s >> 3) & 7], bool((s >> 2) & 1))
+                s = Setting.from_code(int(rows.setting[i]))
+                problem = Problem(int(rows.m[i]), int(rows.n[i]), int(rows.k[i]), s.fmt_a, s.fmt_b, s.out, s.fast)
                 d = resolve_splitk(variant, problem)
                 checked += 1
-                resolved += int(d.S == int(rows.S[i]) and d.source == "table")
+                resolved += int(d.parts == int(rows.S[i]) and d.source is SplitSource.TABLE)
     out.update(resolved=resolved, resolved_checked=checked)
     if resolved != checked:
         failures.append(f"heuristics: resolve_splitk gave another decision for {checked - resolved} of {checked} rows")
@@ -270,8 +259,8 @@ def _heuristics(rec: Recording, preset: Preset, family: SplitFamily, verdict: Pr
         if call.S == 0:
             continue
         live_total += 1
-        setting = SplitTable.setting(call.fmt_a, call.fmt_b, call.out, call.fast, WS_BYTES.index(call.workspace_bytes))
-        row = table.lookup(setting, call.m, call.n, call.k)
+        setting = Setting(call.fmt_a, call.fmt_b, call.out, call.fast, call.workspace_bytes)
+        row = table.lookup(setting.code, call.m, call.n, call.k)
         live_equal += int(row is not None and int(table.S[row]) == call.S and int(table.custom[row]) == call.custom)
     out.update(live_decisions=live_total, live_decisions_equal=live_equal)
     if live_equal != live_total:
@@ -301,21 +290,12 @@ def _checked_arguments(backend: str, preset: str | Preset | None,
         ValueError: an unknown backend or one that cannot run on this machine's CPU, an unknown preset,
             or a split family that is not a :class:`SplitFamily`.
     """
-    import torch
-
-    from .backends import Backend, cpu, parse_backend, triton_backend
-    from .errors import MmaemuError
-
     chosen = parse_backend(backend)
-    if chosen is Backend.CPU:
-        usable, why = cpu.available()
-        if not usable:
-            raise ValueError(f"backend='cpu' cannot run here ({why}); pass backend 'reference' or 'auto'")
-    if chosen is Backend.TRITON:
-        usable, why = triton_backend.available(torch.device("cpu"))
-        if not usable:
-            raise ValueError(f"backend='triton' cannot run the replay's CPU tensors ({why}); pass 'cpu', "
-                             "'reference' or 'auto'")
+    if chosen is not Backend.AUTO:
+        support = supports(chosen, None, (), "cpu")  # the replay computes on CPU tensors
+        if not support:
+            raise ValueError(f"backend={chosen.value!r} cannot run here ({support.reason}); the replay computes on "
+                             "CPU tensors: pass backend 'reference' or 'auto'")
     if split_family is not None and not isinstance(split_family, SplitFamily):
         raise ValueError(f"split_family={split_family!r} is not a SplitFamily")
     if preset is None:
@@ -506,8 +486,6 @@ def _stopped(root: Path, manifest: dict[str, Any], changed: list[str], problems:
              failures: list[str]) -> ReplayReport:
     """The report of a replay that stopped at a damaged file: nothing was replayed."""
     files = manifest.get("files", {})
-    from .recording import sha256_bytes
-
     failures.append("recording damaged: " + "; ".join(f"{k}: {v}" for k, v in problems.items())
                     + ": nothing was replayed; copy the recording again from the machine that recorded it")
     return ReplayReport(
@@ -589,9 +567,8 @@ def replay(path: str | os.PathLike[str], *, backend: str = "auto", preset: str |
             by_class[o.call_class.value]["total"] += 1
             by_class[o.call_class.value]["equal"] += int(o.equal)
             if o.equal and call.S > 1 and call.error is None:
-                scheme = scheme_for(profile, call.S, call.custom).value
-                verified.add((call.fast, call.S, scheme, OUT_NAMES[_OUTS.index(call.out)],
-                              f"{call.fmt_a.short_name}x{call.fmt_b.short_name}"))
+                setting = Setting(call.fmt_a, call.fmt_b, call.out, call.fast, call.workspace_bytes)
+                verified.add(setting.combo(call.S, scheme_for(profile, call.S, call.custom)))
     bad = [o for o in outcomes if not o.equal]
     for reason in sorted({o.reason for o in bad}):
         group = [o for o in bad if o.reason == reason]

@@ -1,7 +1,7 @@
 """The Triton backend: the reference GPU's bits from exactly-defined GPU arithmetic, on any CUDA GPU.
 
 The arithmetic is the cpu backend's exact fp32/integer formulation (see
-:mod:`mmaemu.backends.triton_kernels` for why every operation is exactly defined), run by one
+:mod:`mmaemu.backends.triton.kernels` for why every operation is exactly defined), run by one
 Triton kernel per call: each program owns a ``BLOCK_M x BLOCK_N`` output tile and walks the
 accumulation plan (parts in the order they are combined, chains, blocks of B products) with the
 accumulator ``c`` in registers. It never uses ``tl.dot``, so the host GPU's own tensor-core
@@ -32,7 +32,8 @@ nonzero) and at most about 2**(31 + log2 K), so neither choice can change a resu
 Availability: Triton must import; kernels compiled for the GPU run on CUDA tensors, and under
 ``TRITON_INTERPRET=1`` (set before the first use in the process) Triton's interpreter runs them
 on CPU tensors, bit for bit (that is how CI tests them). Before first use on a device the
-self-test of :mod:`mmaemu.backends.triton_selftest` must pass there.
+self-test of :mod:`mmaemu.backends.triton.selftest` must pass there (the dispatcher,
+:mod:`mmaemu.backends`, runs it).
 """
 
 from __future__ import annotations
@@ -44,11 +45,12 @@ from types import ModuleType
 
 import torch
 
-from ..accumulation import AccumulationPlan, flatten_plan
-from ..errors import BackendUnavailableError
-from ..formats import decode_fp8
-from ..model import CMode, Preset, Rounding
-from . import reference
+from ...accumulation import AccumulationPlan, flatten_plan
+from ...errors import BackendUnavailableError
+from ...formats import decode_fp8
+from ...model import block_sum_exact_in_fp32
+from ...presets import CMode, Preset, Rounding
+from .. import reference
 
 __all__ = [
     "NAME",
@@ -58,9 +60,8 @@ __all__ = [
     "available",
     "interpreting",
     "kernel_name",
-    "supports_preset",
+    "expresses",
     "accumulate",
-    "accumulate_unchecked",
 ]
 
 NAME = "triton"
@@ -114,7 +115,7 @@ def _kernels() -> ModuleType:
         error = _import_error()
         if error is not None:
             raise BackendUnavailableError(f"backend 'triton' is unavailable: {error}")
-        _KERNELS = importlib.import_module(".triton_kernels", __package__)
+        _KERNELS = importlib.import_module(".kernels", __package__)
     return _KERNELS
 
 
@@ -128,7 +129,7 @@ def interpreting() -> bool:
 def available(device: torch.device | None = None) -> tuple[bool, str]:
     """(usable, reason): whether Triton imports and can run the kernels on ``device``.
 
-    This does not run the self-test (see :func:`mmaemu.backends.triton_selftest.selftest`).
+    This does not run the self-test (see :func:`mmaemu.backends.triton.selftest.selftest`).
     """
     error = _import_error()
     if error is not None:
@@ -144,16 +145,14 @@ def available(device: torch.device | None = None) -> tuple[bool, str]:
     return True, f"triton {version}"
 
 
-def supports_preset(preset: Preset) -> bool:
-    """Whether the kernel expresses ``preset`` (others are delegated to the reference backend)."""
-    bound_bits = preset.frac_bits + 2 + (preset.block_size + 1).bit_length()
-    return (
-        preset.c_mode is CMode.ALIGNED
-        and preset.rounding is Rounding.TRUNCATE
-        and preset.frac_bits <= 23
-        and bound_bits <= 24  # the block sum converts to fp32 exactly
-        and preset.block_size <= 64
-    )
+def expresses(preset: Preset) -> bool:
+    """Whether the kernel computes ``preset`` (others are delegated to the reference backend whole).
+
+    As the cpu kernel (aligned ``c``, truncation, a block sum exact in fp32:
+    :func:`mmaemu.model.block_sum_exact_in_fp32`), with blocks of at most 64 products.
+    """
+    return (preset.c_mode is CMode.ALIGNED and preset.rounding is Rounding.TRUNCATE
+            and block_sum_exact_in_fp32(preset, with_c=True) and preset.block_size <= 64)
 
 
 def kernel_name(preset: Preset) -> str:
@@ -190,14 +189,19 @@ def _decode_k_major(x: torch.Tensor, perm: torch.Tensor | None) -> tuple[torch.T
     return val_t.index_select(0, idx).view(shape), exp_t.index_select(0, idx).view(shape), has_inf
 
 
-def accumulate_unchecked(
+def accumulate(
     a: torch.Tensor,
     b: torch.Tensor,
     preset: Preset,
     plan: AccumulationPlan,
     config: TileConfig | None = None,
 ) -> torch.Tensor:
-    """:func:`accumulate` without the availability and self-test checks (the self-test runs this).
+    """fp32 accumulators ``[M, N]`` of FP8 ``a [M, K]`` and ``b [N, K]`` under ``plan``.
+
+    NaN codes are treated as zero here (the caller applies the NaN rule); the outputs that meet an
+    Inf code are recomputed by the reference backend; exact zeros are +0. This function does not run
+    the self-test: the dispatcher (:func:`mmaemu.backends.require` and
+    :func:`mmaemu.backends.resolve_backend`) checks it before a call uses this backend on a device.
 
     Args:
         a: FP8 ``[M, K]``.
@@ -208,9 +212,16 @@ def accumulate_unchecked(
 
     Returns:
         fp32 ``[M, N]`` on the operands' device; see the module docstring for NaN, Inf and -0.
+
+    Raises:
+        BackendUnavailableError: Triton is missing, or the tensors are on a device the kernels do not
+            run on.
     """
+    usable, reason = available(a.device)
+    if not usable:
+        raise BackendUnavailableError(f"backend 'triton' is unavailable: {reason}")
     m, n = a.shape[0], b.shape[0]
-    if not supports_preset(preset):
+    if not expresses(preset):
         return reference.accumulate(a, b, preset, plan)
     if m == 0 or n == 0 or plan.k == 0:
         return torch.zeros((m, n), dtype=torch.float32, device=a.device)
@@ -237,24 +248,3 @@ def accumulate_unchecked(
     if a_inf or b_inf:  # Inf codes were zeros in the kernel: their outputs follow IEEE
         reference.recompute_infinite(out, a, b, preset, plan)
     return out
-
-
-def accumulate(a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: AccumulationPlan) -> torch.Tensor:
-    """fp32 accumulators ``[M, N]`` of FP8 ``a [M, K]`` and ``b [N, K]`` under ``plan``.
-
-    NaN codes are treated as zero here (the caller applies the NaN rule); the outputs that meet an
-    Inf code are recomputed by the reference backend; exact zeros are +0.
-
-    Raises:
-        BackendUnavailableError: Triton is missing, the tensors are on a device the kernels do not
-            run on, or the self-test failed on this device (the message names the kernel and why).
-    """
-    usable, reason = available(a.device)
-    if not usable:
-        raise BackendUnavailableError(f"backend 'triton' is unavailable: {reason}")
-    from .triton_selftest import selftest  # noqa: PLC0415 - the self-test imports this module
-
-    report = selftest(a.device)
-    if not report.passed:
-        raise BackendUnavailableError(f"backend 'triton' failed its self-test on {report.device}: {report.summary()}")
-    return accumulate_unchecked(a, b, preset, plan)

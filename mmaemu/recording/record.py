@@ -6,40 +6,58 @@ The recorder runs four sections inside a fixed time budget and writes a recordin
 1. **environment**: GPU, SM count, compute capability, driver, CUDA, cuBLASLt version and the sha256 of
    the library, torch, Transformer Engine (if installed);
 2. **heuristics**: cuBLASLt's decision (S, reduction scheme, customOption, workspace needed) with torch's
-   ``_scaled_mm`` descriptor (:mod:`mmaemu.cublaslt`) for a grid of shapes: a dense grid of M x M*N levels x
+   ``_scaled_mm`` descriptor (:mod:`mmaemu.platforms.cublaslt`) for a grid of shapes (:mod:`mmaemu.recording.grid`): a dense grid of M x M*N levels x
    K around the split region (for the envelope), random held-out shapes, and common model projections;
    every workspace, output dtype, format pair, fast and slow;
-3. **probes**: the numerics probes of :mod:`mmaemu.probes` (arithmetic, slow interval, split-K on shapes
+3. **probes**: the numerics probes of :mod:`mmaemu.recording.probes` (arithmetic, slow interval, split-K on shapes
    the heuristic splits);
 4. **calls**: live ``torch._scaled_mm`` calls, split and unsplit, random and adversarial data, K not a
    multiple of 128 among them, each run twice; inputs from a seed, the outputs' sha256, the full output
    of a sample, the heuristic's decision for each.
 
-Everything that needs the GPU goes through a :class:`Device`; :class:`CudaDevice` refuses to start without
-CUDA and cuBLASLt (:class:`RecordUnavailableError`, a readable message). Tests drive the same recorder with
-a device that asks the emulator instead: plumbing, not evidence.
+Everything that needs the GPU goes through a :class:`~mmaemu.recording.device.Device`
+(:mod:`mmaemu.recording.device`); the sections share one time budget (:mod:`mmaemu.recording.budget`).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import importlib.metadata
 import math
-import platform as host
-import subprocess
 import sys
-import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, TextIO
+from typing import Any, TextIO
 
 import numpy as np
 import torch
 
-from .cublaslt import HeuristicQuery, HeuristicResult
-from .errors import BackendUnavailableError
-from .formats import Fp8Format, OutFormat
+from ..formats import Fp8Format, OutFormat, fp8_format_of
+from ..platforms.cublaslt import HeuristicQuery
+from ..platforms.table import (
+    FP8_FORMATS,
+    KEY_DESCRIPTION,
+    OUT_FORMATS,
+    TABLE_FORMAT,
+    WS_BYTES,
+    Setting,
+    setting_statistics,
+    table_arrays,
+    table_codes,
+)
+from .budget import Budget
+from .device import CudaDevice, Device, RecordUnavailableError, default_torch_workspace
+from .format import (
+    CallRecord,
+    DataKind,
+    Part,
+    RecordingWriter,
+    Section,
+    SectionStatus,
+    fp32_bits,
+    fp32_scalar,
+    output_sha256,
+)
+from .grid import GRIDS, Grid
+from .inputs import call_inputs, inputs_sha256
 from .probes import (
     CORNER,
     ProbeInput,
@@ -50,331 +68,8 @@ from .probes import (
     split_probe,
     unsplit_probes,
 )
-from .recording import (
-    FMT_NAMES,
-    OUT_NAMES,
-    WS_BYTES,
-    CallRecord,
-    DataKind,
-    Part,
-    RecordingWriter,
-    Section,
-    SectionStatus,
-    call_inputs,
-    fp32_bits,
-    fp32_scalar,
-    inputs_sha256,
-    output_sha256,
-    setting_code,
-    setting_statistics,
-    sha256_file,
-    table_arrays,
-)
 
-__all__ = [
-    "GRIDS",
-    "MODEL_SHAPES",
-    "Budget",
-    "CudaDevice",
-    "Device",
-    "Grid",
-    "RecordUnavailableError",
-    "Recorder",
-    "check_out",
-    "default_torch_workspace",
-    "record",
-]
-
-_OUTS = [OutFormat.FLOAT32, OutFormat.BFLOAT16, OutFormat.FLOAT16, OutFormat.E4M3, OutFormat.E5M2]
-_PAIRS = [(Fp8Format.E4M3, Fp8Format.E4M3), (Fp8Format.E4M3, Fp8Format.E5M2), (Fp8Format.E5M2, Fp8Format.E4M3),
-          (Fp8Format.E5M2, Fp8Format.E5M2)]
-_FMT_INDEX = {Fp8Format.E4M3: 0, Fp8Format.E5M2: 1}
-
-#: (K, N) of common model projections (in_features, out_features): Llama 2 7B, Llama 3 8B / Mistral 7B,
-#: Llama 3 70B, Qwen2.5 7B, Llama 3.2 1B.
-MODEL_SHAPES: tuple[tuple[int, int], ...] = (
-    (4096, 4096), (4096, 11008), (11008, 4096), (4096, 12288),
-    (4096, 14336), (14336, 4096), (4096, 1024), (4096, 6144),
-    (8192, 8192), (8192, 28672), (28672, 8192), (8192, 1024), (8192, 10240),
-    (3584, 3584), (3584, 18944), (18944, 3584), (3584, 512),
-    (2048, 2048), (2048, 8192), (8192, 2048), (2048, 512),
-)
-
-
-class RecordUnavailableError(BackendUnavailableError):
-    """The recorder needs a CUDA GPU with cuBLASLt; this machine lacks one (the message says what)."""
-
-
-class Device(Protocol):
-    """What the recorder needs from a GPU."""
-
-    def environment(self) -> dict[str, Any]:
-        """The recording environment (GPU, versions, ...)."""
-        ...
-
-    def query(self, q: HeuristicQuery) -> HeuristicResult:
-        """cuBLASLt's heuristic decision for a call."""
-        ...
-
-    def scaled_mm(self, a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
-                  scale_result: torch.Tensor | None, out_dtype: torch.dtype, fast: bool) -> torch.Tensor:
-        """``torch._scaled_mm(a, b.t(), ...)`` on the device; the result on the CPU."""
-        ...
-
-
-def default_torch_workspace() -> int:
-    """The cuBLASLt workspace torch's ``_scaled_mm`` is assumed to pass: ``CUBLASLT_WORKSPACE_SIZE`` (KiB)
-    if set, else 1 MiB (torch 2.7.1's default; recorded in the manifest as an assumption)."""
-    import os
-
-    value = os.environ.get("CUBLASLT_WORKSPACE_SIZE")
-    if value and value.isdigit():
-        return int(value) * 1024
-    return 1 << 20
-
-
-def _driver_version() -> str | None:
-    try:
-        done = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                              capture_output=True, text=True, timeout=20, check=False)
-        return done.stdout.strip().splitlines()[0] if done.returncode == 0 and done.stdout.strip() else None
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def _package_version(name: str) -> str | None:
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-class CudaDevice:
-    """The local CUDA GPU: cuBLASLt heuristic queries and live ``torch._scaled_mm`` calls."""
-
-    def __init__(self, device: int = 0) -> None:
-        """Check for CUDA and cuBLASLt.
-
-        Raises:
-            RecordUnavailableError: no CUDA device or no usable libcublasLt (the message says which).
-        """
-        if not torch.cuda.is_available():
-            build = "a CPU-only build" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}"
-            raise RecordUnavailableError(
-                f"'python -m mmaemu record' needs an NVIDIA GPU: torch.cuda.is_available() is False here "
-                f"(torch {torch.__version__}, {build}). Run it on the GPU you want to record; replay the "
-                "recording anywhere with 'python -m mmaemu replay DIR'."
-            )
-        from .cublaslt import CublasLt
-
-        try:
-            self._lt = CublasLt(device=device)
-        except BackendUnavailableError as exc:
-            raise RecordUnavailableError(f"'python -m mmaemu record' cannot query cuBLASLt: {exc}") from exc
-        self.device = device
-
-    def environment(self) -> dict[str, Any]:
-        """GPU, SM count, capability, driver, CUDA, cuBLASLt (version, path, sha256), torch, TE."""
-        from . import __version__
-        from .cublaslt import cublaslt_version
-
-        props = torch.cuda.get_device_properties(self.device)
-        return {
-            "gpu": props.name, "sm_count": int(props.multi_processor_count),
-            "capability": [int(props.major), int(props.minor)], "memory_bytes": int(props.total_memory),
-            "driver": _driver_version(), "cuda": torch.version.cuda, "cublaslt": cublaslt_version(),
-            "cublaslt_path": self._lt.path, "cublaslt_sha256": sha256_file(Path(self._lt.path)),
-            "torch": torch.__version__, "transformer_engine": _package_version("transformer_engine"),
-            "python": host.python_version(), "host_platform": host.platform(), "mmaemu": __version__,
-        }
-
-    def query(self, q: HeuristicQuery) -> HeuristicResult:
-        """Ask cuBLASLt's heuristic."""
-        return self._lt.query(q)
-
-    def scaled_mm(self, a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
-                  scale_result: torch.Tensor | None, out_dtype: torch.dtype, fast: bool) -> torch.Tensor:
-        """Run ``torch._scaled_mm`` on the GPU (synchronised) and return the output on the CPU."""
-        dev = f"cuda:{self.device}"
-        out = torch._scaled_mm(
-            a.to(dev), b.to(dev).t(), scale_a=scale_a.to(dev), scale_b=scale_b.to(dev),
-            scale_result=None if scale_result is None else scale_result.to(dev), out_dtype=out_dtype,
-            use_fast_accum=fast,
-        )
-        torch.cuda.synchronize(self.device)
-        return out.cpu()
-
-
-# --------------------------------------------------------------------------------------------------
-# The grid
-# --------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Grid:
-    """What the heuristic sweep and the live calls cover.
-
-    Attributes:
-        name: ``quick``, ``full`` or a custom name.
-        ms: M values of the dense grid.
-        mn_ref: the reference M*N the levels multiply.
-        levels: M*N = level * mn_ref (the dense levels, log-spaced around the split region).
-        ks: K values of the dense grid (some not multiples of 128).
-        heldout: random held-out shapes (M, M*N, K log-uniform in the grid's ranges).
-        model_ms: M values of the model projection shapes.
-        models: (K, N) of model projections.
-        workspaces: workspaces queried (bytes).
-        outs: output formats.
-        pairs: format pairs.
-        fasts: use_fast_accum values.
-        live_per_key: live split calls per (fast, S, out, pair): one adversarial, then random.
-        live_unsplit: unsplit live calls per (out, fast, pair).
-        live_cost: the largest (M + N) * K of a live call.
-        split_probes: how many split probes (distinct S and customOption first).
-        store_elements: outputs up to this many elements are stored in full.
-        seed: the seed of held-out shapes, live inputs and scales.
-    """
-
-    name: str
-    ms: tuple[int, ...]
-    mn_ref: int
-    levels: tuple[float, ...]
-    ks: tuple[int, ...]
-    heldout: int
-    model_ms: tuple[int, ...]
-    models: tuple[tuple[int, int], ...] = MODEL_SHAPES
-    workspaces: tuple[int, ...] = tuple(WS_BYTES)
-    outs: tuple[OutFormat, ...] = tuple(_OUTS)
-    pairs: tuple[tuple[Fp8Format, Fp8Format], ...] = tuple(_PAIRS)
-    fasts: tuple[bool, ...] = (True, False)
-    live_per_key: int = 2
-    live_unsplit: int = 2
-    live_cost: int = 1 << 24
-    split_probes: int = 6
-    store_elements: int = 1 << 16
-    seed: int = 20261016
-
-    def describe(self) -> dict[str, Any]:
-        """The grid as JSON."""
-        d = dataclasses.asdict(self)
-        d["outs"] = [OUT_NAMES[_OUTS.index(o)] for o in self.outs]
-        d["pairs"] = [f"{a.short_name}x{b.short_name}" for a, b in self.pairs]
-        d["models"] = [list(x) for x in self.models]
-        return d
-
-    def shapes(self) -> Iterator[tuple[int, int, int, Part]]:
-        """Every (M, N, K, part) of the sweep, without repeats (dense grid, held-out, models)."""
-        seen: set[tuple[int, int, int]] = set()
-        for k in self.ks:
-            for m in self.ms:
-                for level in self.levels:
-                    n = max(16, _round16(level * self.mn_ref / m))
-                    if n < 1 << 21 and (m, n, k) not in seen:
-                        seen.add((m, n, k))
-                        yield m, n, k, Part.GRID
-        rng = np.random.default_rng(self.seed)
-        lo_mn, hi_mn = min(self.levels) * self.mn_ref, max(self.levels) * self.mn_ref
-        for _ in range(self.heldout):
-            m = int(round(math.exp(rng.uniform(0, math.log(max(self.ms))))))
-            mn = math.exp(rng.uniform(math.log(lo_mn), math.log(hi_mn)))
-            n = max(16, _round16(mn / m))
-            kf = math.exp(rng.uniform(math.log(min(self.ks)), math.log(max(self.ks))))
-            k = max(16, int(round(kf / 128) * 128) if rng.integers(0, 2) else _round16(kf))
-            if n < 1 << 21 and k < 1 << 21 and (m, n, k) not in seen:
-                seen.add((m, n, k))
-                yield m, n, k, Part.HELDOUT
-        for k, n in self.models:
-            for m in self.model_ms:
-                if (m, n, k) not in seen:
-                    seen.add((m, n, k))
-                    yield m, n, k, Part.MODEL
-
-
-def _round16(x: float) -> int:
-    return int(math.ceil(x / 16.0)) * 16
-
-
-def _levels(lo: int, hi: int, per_octave: int) -> tuple[float, ...]:
-    return tuple(2.0 ** (i / per_octave) for i in range(lo * per_octave, hi * per_octave + 1))
-
-
-GRIDS: dict[str, Grid] = {
-    "quick": Grid("quick", ms=(1, 16, 64, 256, 1024, 4096), mn_ref=1 << 17, levels=_levels(-4, 5, 2),
-                  ks=(1024, 2048, 4096, 5136, 6144, 8192, 12288, 16400, 32768, 65536, 262144), heldout=300,
-                  model_ms=(1, 16, 64, 256, 1024, 4096)),
-    "full": Grid("full", ms=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384), mn_ref=1 << 17,
-                 levels=_levels(-6, 6, 4),
-                 ks=(1024, 1040, 1536, 2048, 3072, 3600, 4096, 5120, 5136, 5744, 6144, 8192, 8208, 10240, 12288,
-                     16384, 16400, 24576, 32768, 49152, 65536, 65552, 131072, 262144, 524288, 1048576),
-                 heldout=3000, model_ms=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192),
-                 live_per_key=3, live_unsplit=4, split_probes=10),
-}
-
-
-# --------------------------------------------------------------------------------------------------
-# The budget
-# --------------------------------------------------------------------------------------------------
-
-
-class Budget:
-    """A wall-clock budget shared by the sections, with a progress bar on stderr.
-
-    Section ``i`` may run until ``start + share_i * total`` (cumulative shares), or until the total runs
-    out when earlier sections finished early.
-    """
-
-    SHARES = {Section.HEURISTICS: 0.55, Section.PROBES: 0.70, Section.CALLS: 1.0}
-
-    def __init__(self, minutes: float, *, stream: TextIO | None = None, clock: Any = time.monotonic) -> None:
-        """Start the clock; ``stream`` None: no progress bar."""
-        self.seconds = float(minutes) * 60.0
-        self._clock = clock
-        self.start = clock()
-        self.stream = stream
-        self._section: Section | None = None
-        self._deadline = self.start + self.seconds
-        self._last_draw = 0.0
-        self.stopped: list[str] = []
-
-    def begin(self, section: Section) -> None:
-        """Enter a section (sets its deadline)."""
-        self._section = section
-        share = self.SHARES.get(section, 1.0)
-        self._deadline = self.start + share * self.seconds
-
-    def elapsed(self) -> float:
-        """Seconds since the start."""
-        return float(self._clock() - self.start)
-
-    def expired(self) -> bool:
-        """Whether the current section's time is up."""
-        return bool(self._clock() >= self._deadline)
-
-    def stop(self, reason: str) -> None:
-        """Note that a section stopped early."""
-        self.stopped.append(reason)
-
-    def progress(self, done: int, total: int, force: bool = False) -> None:
-        """Draw the bar (at most five times a second)."""
-        if self.stream is None:
-            return
-        now = self._clock()
-        if not force and now - self._last_draw < 0.2:
-            return
-        self._last_draw = now
-        frac = done / total if total else 1.0
-        bar = "#" * int(30 * frac) + "-" * (30 - int(30 * frac))
-        left = max(0.0, self._deadline - now)
-        name = self._section.value if self._section else ""
-        self.stream.write(f"\r{name:11s} [{bar}] {done:>9,}/{total:<9,} {int(left) // 60:3d}:{int(left) % 60:02d} left ")
-        if force:
-            self.stream.write("\n")
-        self.stream.flush()
-
-    def describe(self) -> dict[str, Any]:
-        """The budget as JSON."""
-        return {"minutes": self.seconds / 60.0, "elapsed_s": round(self.elapsed(), 3), "stopped": list(self.stopped)}
-
+__all__ = ["Recorder", "check_out", "main_record", "record"]
 
 # --------------------------------------------------------------------------------------------------
 # The recorder
@@ -419,7 +114,7 @@ class Recorder:
     def _query(self, m: int, n: int, k: int, fa: Fp8Format, fb: Fp8Format, out: OutFormat, fast: bool, ws: int,
                part: Part) -> tuple[int, int, int] | None:
         """Query (once per key) and keep the row; returns (S, custom, reduction) or None when rejected."""
-        setting = int(setting_code(_FMT_INDEX[fa], _FMT_INDEX[fb], _OUTS.index(out), int(fast), WS_BYTES.index(ws)))
+        setting = Setting(fa, fb, out, fast, ws).code
         key = (setting, m, n, k)
         rows = self._rows
         if key in rows.index:
@@ -429,7 +124,7 @@ class Recorder:
                                              use_fast_accum=fast, workspace_bytes=ws))
         if not r.ok:
             if r.status == "rejected":
-                self._rejects.add((fa.short_name, fb.short_name, OUT_NAMES[_OUTS.index(out)]))
+                self._rejects.add((fa.short_name, fb.short_name, out.dtype_name))
             else:
                 self._failures[r.status] = self._failures.get(r.status, 0) + 1
             return None
@@ -475,20 +170,19 @@ class Recorder:
         arrays = table_arrays(np.asarray(r.setting, np.int64), np.asarray(r.m, np.int64), np.asarray(r.n, np.int64),
                               np.asarray(r.k, np.int64), cols)
         info = {
-            "format": "mmaemu-splitk/1", "table_id": "heur_recording",
+            "format": TABLE_FORMAT, "table_id": "heur_recording",
             "gpu": environment.get("gpu"), "sm_count": environment.get("sm_count"),
             "capability": environment.get("capability"), "cublaslt": environment.get("cublaslt"),
             "torch": environment.get("torch"), "driver": environment.get("driver"),
             "rows": len(arrays["key"]), "split_rows": int((arrays["S"] > 1).sum()),
-            "key": "M << 42 | N << 21 | K within a setting; setting = fa << 7 | fb << 6 | out << 3 | fast << 2 | ws",
-            "codes": {"fmt": FMT_NAMES, "out": OUT_NAMES, "ws_bytes": WS_BYTES,
-                      "part": {p.name.lower(): int(p) for p in Part}},
+            "key": KEY_DESCRIPTION,
+            "codes": {**table_codes(), "part": {p.name.lower(): int(p) for p in Part}},
             "source": {"recording": True, "descriptor": "torch 2.7.1 _scaled_mm (mmaemu.cublaslt), requestedAlgoCount 1",
                        "failures": dict(self._failures)},
             "settings": setting_statistics(arrays),
             "rejects": [{"fmt_a": a, "fmt_b": b, "out": o} for a, b, o in sorted(self._rejects)],
             "verified_combos": [],
-            "envelope": {"kind": "k_grid", "claim": "none: Profile.from_recording fits one", "K_grid": [], "K_min": 0,
+            "envelope": {"kind": "k_grid", "claim": "none: profile_from_recording fits one", "K_grid": [], "K_min": 0,
                          "K_max": -1, "bounds": [], "validation": {}},
         }
         return arrays, info
@@ -499,14 +193,14 @@ class Recorder:
                     corner: bool = False) -> list[int]:
         """Indices of recorded split rows at torch's workspace (optionally one output and format pair)."""
         r = self._rows
-        want_ws = WS_BYTES.index(self.torch_workspace)
         found = []
-        for i, s in enumerate(r.setting):
-            if r.S[i] <= 1 or (s & 3) != want_ws:
+        for i, code in enumerate(r.setting):
+            s = Setting.from_code(code)
+            if r.S[i] <= 1 or s.workspace_bytes != self.torch_workspace:
                 continue
-            if out is not None and (s >> 3) & 7 != _OUTS.index(out):
+            if out is not None and s.out is not out:
                 continue
-            if pair is not None and ((s >> 7) & 1, (s >> 6) & 1) != (_FMT_INDEX[pair[0]], _FMT_INDEX[pair[1]]):
+            if pair is not None and (s.fmt_a, s.fmt_b) != pair:
                 continue
             big_enough = not corner or (r.m[i] >= CORNER[0] and r.n[i] >= CORNER[1])
             if (r.m[i] + r.n[i]) * r.k[i] <= self.grid.live_cost and big_enough:
@@ -519,12 +213,12 @@ class Recorder:
         r = self._rows
         chosen: dict[tuple[bool, int, int], int] = {}
         for i in self._split_rows(OutFormat.FLOAT32, (Fp8Format.E4M3, Fp8Format.E4M3), corner=True):
-            fast = bool((r.setting[i] >> 2) & 1)
+            fast = Setting.from_code(r.setting[i]).fast
             chosen.setdefault((fast, r.S[i], r.custom[i]), i)
         for j, (_, i) in enumerate(sorted(chosen.items(), key=lambda kv: (r.m[kv[1]] + r.n[kv[1]]) * r.k[kv[1]])):
             if j >= self.grid.split_probes:
                 break
-            fast = bool((r.setting[i] >> 2) & 1)
+            fast = Setting.from_code(r.setting[i]).fast
             inputs.append(split_probe(f"split-{j}", r.m[i], r.n[i], r.k[i], fast, self.grid.seed + j))
         results: list[ProbeResult] = []
         errors: dict[str, str] = {}
@@ -536,7 +230,7 @@ class Recorder:
                 status = SectionStatus.PARTIAL
                 break
             m, n, k = p.shape
-            decision = self._query(m, n, k, _fmt_of(p.a.dtype), _fmt_of(p.b.dtype),
+            decision = self._query(m, n, k, fp8_format_of(p.a.dtype), fp8_format_of(p.b.dtype),
                                    OutFormat.FLOAT32, p.fast, self.torch_workspace, Part.LIVE)
             try:
                 out = self.device.scaled_mm(p.a, p.b, one, one, None, torch.float32, p.fast)
@@ -559,17 +253,18 @@ class Recorder:
         """The live calls: per (fast, S, out, pair) split key its cheapest rows, then unsplit calls."""
         r = self._rows
         plan: list[tuple[int, int, int, Fp8Format, Fp8Format, OutFormat, bool, DataKind]] = []
-        keys: dict[tuple[bool, int, int, int], list[int]] = {}
+        keys: dict[tuple[bool, int, int, int, int], list[int]] = {}
         for i in self._split_rows():
-            s = r.setting[i]
-            keys.setdefault((bool((s >> 2) & 1), r.S[i], (s >> 3) & 7, s >> 6), []).append(i)
+            s = Setting.from_code(r.setting[i])
+            codes = (OUT_FORMATS.index(s.out), FP8_FORMATS.index(s.fmt_a), FP8_FORMATS.index(s.fmt_b))
+            keys.setdefault((s.fast, r.S[i], *codes), []).append(i)
         kinds = (DataKind.ADVERSARIAL, DataKind.RANDOM)
-        for key_index, ((fast, _, out_code, pair_code), rows) in enumerate(sorted(keys.items())):
+        for key_index, ((fast, _, out_code, a_code, b_code), rows) in enumerate(sorted(keys.items())):
             # K not a multiple of 128 first, then the cheapest; data kinds alternate across keys and rows
             rows = sorted(rows, key=lambda i: (r.k[i] % 128 == 0, (r.m[i] + r.n[i]) * r.k[i]))
             for j, i in enumerate(rows[: self.grid.live_per_key]):
-                fa, fb = _FMTS[(pair_code >> 1) & 1], _FMTS[pair_code & 1]
-                plan.append((r.m[i], r.n[i], r.k[i], fa, fb, _OUTS[out_code], fast, kinds[(key_index + j) % 2]))
+                fa, fb = FP8_FORMATS[a_code], FP8_FORMATS[b_code]
+                plan.append((r.m[i], r.n[i], r.k[i], fa, fb, OUT_FORMATS[out_code], fast, kinds[(key_index + j) % 2]))
         unsplit_shapes = [(16, 64, 1040), (32, 48, 2000), (64, 256, 4096), (1, 32, 8208)]
         count = 0
         for out in self.grid.outs:
@@ -650,11 +345,6 @@ class Recorder:
         return self.out
 
 
-_FMTS = [Fp8Format.E4M3, Fp8Format.E5M2]
-
-
-def _fmt_of(dtype: torch.dtype) -> Fp8Format:
-    return Fp8Format.E4M3 if dtype == torch.float8_e4m3fn else Fp8Format.E5M2
 
 
 def check_out(out: str | Path) -> Path:

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 
 import torch
 
-from ..accumulation import Scheme, SplitK, plan_accumulation
-from ..model import ADA, HOPPER, Preset
-from . import reference
-from .triton_backend import accumulate_unchecked, available, kernel_name
+from ...accumulation import Scheme, SplitK, plan_accumulation
+from ...presets import ADA, HOPPER, Preset
+from .. import reference
+from .backend import accumulate, available, kernel_name
 
 __all__ = ["KernelResult", "SelfTestReport", "SelfTestCase", "CASES", "KERNEL_PRESETS", "adversarial_codes",
            "selftest", "cached_report", "device_key"]
@@ -143,7 +143,7 @@ def _check_kernel(preset: Preset, device: torch.device) -> KernelResult:
         plan = plan_accumulation(case.k, fast=case.fast, split=case.split)
         expected = reference.accumulate(a, b, preset, plan)
         try:
-            got = accumulate_unchecked(a.to(device), b.to(device), preset, plan).cpu()
+            got = accumulate(a.to(device), b.to(device), preset, plan).cpu()
         except Exception as exc:  # noqa: BLE001 - any failure to compile or run disqualifies the kernel
             return KernelResult(name, False, f"case {case.name!r} raised {type(exc).__name__}: {exc}")
         if got.shape != expected.shape:

@@ -1,0 +1,140 @@
+"""What each backend can run: one table, read by ``backend="auto"``, ``python -m mmaemu info`` and the tests.
+
+A backend *supports* a call when its requirements are importable, it runs on the operands' device and it
+takes their formats. It runs a preset either *natively* (its own compiled kernel) or by delegating the
+whole call to the reference backend (presets its kernel does not express: same bits, reference speed).
+Whether the Triton kernels passed their self-test on a device is not a capability: the dispatcher
+(:mod:`mmaemu.backends`) checks it, once per device and process, before it uses them there.
+
+=========  =======================================  ==============================  ====================
+backend    devices                                  presets run natively            requires
+=========  =======================================  ==============================  ====================
+reference  any device torch computes on (not meta)  all                             torch
+cpu        cpu                                      truncating, aligned, exact fp32  numba
+triton     cuda (cpu under ``TRITON_INTERPRET=1``)  truncating, aligned, exact fp32  triton
+=========  =======================================  ==============================  ====================
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import torch
+
+from ..formats import FP8_DTYPES
+from ..presets import Preset
+from . import cpu
+from .triton import backend as triton_backend
+
+__all__ = ["Backend", "Support", "CONCRETE", "AUTO_ORDER", "parse_backend", "supports", "native"]
+
+
+class Backend(enum.Enum):
+    """Backend names accepted by ``backend=``."""
+
+    AUTO = "auto"
+    REFERENCE = "reference"
+    CPU = "cpu"
+    TRITON = "triton"
+
+
+#: The backends that compute (``auto`` chooses one of them).
+CONCRETE: tuple[Backend, ...] = (Backend.REFERENCE, Backend.CPU, Backend.TRITON)
+#: ``auto``'s preference per device type: the first that supports the call wins.
+AUTO_ORDER: dict[str, tuple[Backend, ...]] = {
+    "cpu": (Backend.CPU, Backend.REFERENCE),
+    "cuda": (Backend.TRITON, Backend.REFERENCE),
+}
+
+
+def parse_backend(name: str | Backend) -> Backend:
+    """The :class:`Backend` a name stands for (the one parser of ``backend=`` values).
+
+    Raises:
+        TypeError: ``name`` is neither a string nor a :class:`Backend`.
+        ValueError: for an unknown name; the message lists the accepted ones.
+    """
+    if isinstance(name, Backend):
+        return name
+    accepted = ", ".join(repr(b.value) for b in Backend)
+    if not isinstance(name, str):
+        raise TypeError(f"backend must be a string, not {type(name).__name__}: pass one of {accepted}")
+    try:
+        return Backend(name)
+    except ValueError:
+        raise ValueError(f"backend={name!r} is not a backend; accepted: {accepted}") from None
+
+
+@dataclass(frozen=True)
+class Support:
+    """Whether a backend supports a call, and how.
+
+    Attributes:
+        backend: the backend asked about.
+        usable: whether it can run the call here.
+        native: whether its own kernel computes the preset (False: it delegates to the reference backend).
+        reason: why not, or what runs it (library versions, interpreter).
+    """
+
+    backend: Backend
+    usable: bool
+    native: bool
+    reason: str
+
+    def __bool__(self) -> bool:
+        return self.usable
+
+
+def native(backend: Backend, preset: Preset) -> bool:
+    """Whether ``backend``'s own kernel computes ``preset`` (else it delegates to the reference backend).
+
+    Each backend module owns the fact (:func:`mmaemu.backends.cpu.expresses`,
+    :func:`mmaemu.backends.triton.backend.expresses`); this table only gathers it.
+    """
+    if backend is Backend.REFERENCE:
+        return True
+    if backend is Backend.CPU:
+        return cpu.expresses(preset)
+    if backend is Backend.TRITON:
+        return triton_backend.expresses(preset)
+    return False
+
+
+def _requirement(backend: Backend, device: torch.device) -> tuple[bool, str]:
+    if backend is Backend.REFERENCE:
+        if device.type == "meta":
+            return False, "tensors on the 'meta' device hold no values"
+        return True, f"torch {torch.__version__}, on {device.type!r} tensors"
+    if backend is Backend.CPU:
+        usable, why = cpu.available()
+        if usable and device.type != "cpu":
+            return False, f"backend 'cpu' runs on CPU tensors only, not {device.type!r} tensors"
+        return usable, why
+    if backend is Backend.TRITON:
+        return triton_backend.available(device)
+    return False, "'auto' is not a concrete backend"
+
+
+def supports(backend: Backend | str, preset: Preset | None, dtypes: Iterable[torch.dtype],
+             device: torch.device | str) -> Support:
+    """Whether ``backend`` can run a call of ``preset`` on operands of ``dtypes`` on ``device``.
+
+    Does not run the Triton self-test (the dispatcher does, before first use on a device).
+    With ``preset=None`` only the backend, formats and device are asked about (``native`` is then
+    whether the backend is usable).
+
+    Raises:
+        ValueError: ``backend`` is not a backend name.
+    """
+    chosen = parse_backend(backend)
+    where = torch.device(device)
+    bad = [d for d in dtypes if d not in FP8_DTYPES]
+    if bad:
+        return Support(chosen, False, False, f"operands must be FP8 (float8_e4m3fn or float8_e5m2), not {bad[0]}")
+    usable, reason = _requirement(chosen, where)
+    is_native = usable and (preset is None or native(chosen, preset))
+    if usable and not is_native and preset is not None:
+        reason = f"{reason}; preset {preset.name!r} is delegated to the reference backend"
+    return Support(chosen, usable, is_native, reason)

@@ -1,0 +1,74 @@
+"""The host process's environment that mmaemu's arithmetic depends on.
+
+- :func:`check_cpu_subnormals`: the CPU must keep IEEE subnormals (no flush-to-zero);
+- :func:`cpu_default_device`: plans and constants are made on the CPU whatever the default device;
+- :func:`env_flag`: the one reader of mmaemu's boolean environment variables.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+import torch
+
+from .errors import MmaemuError
+
+__all__ = ["check_cpu_subnormals", "cpu_default_device", "env_flag"]
+
+
+def check_cpu_subnormals() -> None:
+    """Raise :class:`MmaemuError` when the CPU flushes subnormals (FTZ/DAZ), detected for real.
+
+    Multiplies a subnormal by 0.5 in torch on the CPU: flush-to-zero (results) or
+    denormals-are-zero (inputs), e.g. after ``torch.set_flush_denormal(True)``, both give 0.
+    The exact arithmetic of the CPU backends relies on IEEE subnormals. The probe always runs on the
+    CPU, whatever ``torch.set_default_device`` says.
+
+    Raises:
+        MmaemuError: the CPU flushes subnormals; the message says how to turn it off.
+    """
+    tiny = torch.tensor([2.0**-140], dtype=torch.float32, device="cpu")
+    probe = float((tiny * 0.5)[0])
+    if probe != 2.0**-141:
+        raise MmaemuError(
+            "the CPU flushes subnormal floats to zero (flush-to-zero / denormals-are-zero is on, e.g. "
+            "torch.set_flush_denormal(True)); mmaemu's exact arithmetic needs IEEE subnormals: call "
+            "torch.set_flush_denormal(False) before mmaemu (and check that no library turned FTZ/DAZ on)"
+        )
+
+
+def cpu_default_device() -> contextlib.AbstractContextManager[object]:
+    """A block in which tensors made without ``device=`` are CPU tensors, as in a fresh process.
+
+    mmaemu makes its plans and constants without ``device=`` (on the CPU) and moves them where they
+    are used; under ``torch.set_default_device("meta")`` or ``"cuda"`` they would be made there
+    instead (meta tensors hold no values). Nothing is pushed when the default already is the CPU.
+    """
+    if torch.get_default_device().type == "cpu":
+        return contextlib.nullcontext()
+    return torch.device("cpu")
+
+
+_TRUE_WORDS = ("1", "true", "yes", "on")
+_FALSE_WORDS = ("0", "false", "no", "off")
+
+
+def env_flag(name: str) -> bool:
+    """A boolean environment variable: ``1``/``true``/``yes``/``on`` or ``0``/``false``/``no``/``off``.
+
+    Case-insensitive, surrounding whitespace ignored; unset or empty means False.
+
+    Raises:
+        ValueError: any other value; the message names the variable and the accepted values.
+    """
+    raw = os.environ.get(name, "")
+    value = raw.strip().lower()
+    if value in _TRUE_WORDS:
+        return True
+    if value in ("", *_FALSE_WORDS):
+        return False
+    raise ValueError(
+        f"{name}={raw!r} is not a boolean; accepted (case-insensitive): {', '.join(_TRUE_WORDS)} to turn it on, "
+        f"{', '.join(_FALSE_WORDS)} (or empty, or unset) to turn it off"
+    )

@@ -1,0 +1,254 @@
+"""Reference platforms (profiles) and their registry.
+
+A profile is a reference platform: a GPU with its SM count, cuBLASLt and torch versions, the
+caller (torch or Transformer Engine) with its cuBLAS workspace, the tensor-core preset, the split-K
+family of its cuBLAS and the id of the split-K table recorded on it (:mod:`mmaemu.platforms.table`).
+The shipped profiles are :data:`PROFILES`; :func:`register_profile` adds user profiles (e.g. built
+from a recording by :func:`mmaemu.recording.profile.profile_from_recording`); :func:`get_profile` is
+the one resolver of a ``profile=`` argument.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..accumulation import Scheme
+from ..errors import ExperimentalPresetWarning
+from ..presets import ADA, B200_MMA_SYNC, HOPPER, Maturity, Preset
+from .table import USER_TABLES, WS_BYTES, SplitTable, register_table
+
+__all__ = [
+    "MIB",
+    "SplitFamily",
+    "Caller",
+    "Profile",
+    "PROFILES",
+    "RENAMED",
+    "DEFAULT_PROFILE",
+    "USER_PROFILES",
+    "profiles",
+    "get_profile",
+    "default_profile_name",
+    "register_profile",
+    "unregister_profile",
+]
+
+MIB = 1 << 20
+
+
+class SplitFamily(enum.Enum):
+    """How a platform's cuBLAS deals K to split parts and combines them."""
+
+    CONTIGUOUS = "contiguous 128-wide k-tiles, serial combination"
+    ROUND_ROBIN = "round-robin 64-wide k-tiles, serial or pairwise combination"
+
+
+class Caller(enum.Enum):
+    """Who calls cuBLASLt on the reference platform."""
+
+    TORCH = "torch._scaled_mm (torch 2.7.1)"
+    TRANSFORMER_ENGINE = "Transformer Engine 2.3"
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A reference platform.
+
+    Attributes:
+        name: registry name.
+        preset: the tensor-core arithmetic.
+        split_family: how its cuBLAS splits K.
+        gpu: the reference GPU (as ``torch.cuda.get_device_name`` prints it).
+        sm_count: its SM count.
+        cublaslt: cuBLASLt version.
+        torch_version: torch version of the recordings.
+        caller: torch._scaled_mm or Transformer Engine.
+        workspace_bytes: the caller's cuBLAS workspace.
+        maturity: validated or experimental (experimental profiles warn when used).
+        table_id: the split-K table recorded on this platform (None: no table).
+        source: where these numbers come from.
+        evidence: for a profile built from a recording (:func:`mmaemu.recording.profile.profile_from_recording`), what its replay proved.
+    """
+
+    name: str
+    preset: Preset
+    split_family: SplitFamily
+    gpu: str
+    sm_count: int
+    cublaslt: str
+    torch_version: str
+    caller: Caller
+    workspace_bytes: int
+    maturity: Maturity
+    table_id: str | None
+    source: str
+    evidence: dict[str, Any] | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.sm_count <= 0:
+            raise ValueError(f"profile {self.name}: sm_count must be positive")
+        if self.workspace_bytes not in WS_BYTES:
+            raise ValueError(f"profile {self.name}: workspace {self.workspace_bytes} is not a recorded setting")
+        if self.table_id is not None and not self.table_id.startswith("heur_"):
+            raise ValueError(f"profile {self.name}: {self.table_id!r} is not a split-K table id")
+
+    @property
+    def schemes(self) -> tuple[Scheme, ...]:
+        """The split schemes this platform's cuBLAS uses."""
+        if self.split_family is SplitFamily.CONTIGUOUS:
+            return (Scheme.CONTIGUOUS,)
+        return (Scheme.SERIAL, Scheme.PAIRWISE)
+
+    @property
+    def transformer_engine(self) -> bool:
+        """Whether the caller is Transformer Engine (its split decisions are experimental)."""
+        return self.caller is Caller.TRANSFORMER_ENGINE
+
+    def __repr__(self) -> str:
+        ws = f"{self.workspace_bytes // MIB} MiB" if self.workspace_bytes else "no"
+        return (
+            f"Profile({self.name!r}: {self.gpu}, {self.sm_count} SMs, cuBLASLt {self.cublaslt}, via "
+            f"{self.caller.value}, {ws} workspace, preset {self.preset.name!r}, {self.maturity.value})"
+        )
+
+
+def _profile(name: str, preset: Preset, gpu_key: str, caller: Caller, workspace: int, maturity: Maturity = Maturity.VALIDATED,
+             table: bool = True) -> Profile:
+    h100 = gpu_key == "h100"
+    return Profile(
+        name=name,
+        preset=preset,
+        split_family=SplitFamily.CONTIGUOUS if h100 else SplitFamily.ROUND_ROBIN,
+        gpu="NVIDIA H100 PCIe" if h100 else "NVIDIA GeForce RTX 4060",
+        sm_count=114 if h100 else 24,
+        cublaslt="12.8.3.14",
+        torch_version="2.7.1",
+        caller=caller,
+        workspace_bytes=workspace,
+        maturity=maturity,
+        table_id=("heur_h100pcie_lt12.8.3.14" if h100 else "heur_rtx4060_lt12.8.3.14") if table else None,
+        source=(
+            "seeds 000-004: H100 PCIe probe (1,423 live calls) and split-K sweep (2,744 live jobs); recordings/splitk"
+            if h100
+            else "recordings/rtx4060 (7,070 RTX 4060 outputs and calls); recordings/splitk"
+        ),
+    )
+
+
+PROFILES: dict[str, Profile] = {
+    p.name: p
+    for p in (
+        _profile("hopper", HOPPER, "h100", Caller.TORCH, 1 * MIB),
+        _profile("hopper-te", HOPPER, "h100", Caller.TRANSFORMER_ENGINE, 32 * MIB),
+        _profile("hopper-ws0", HOPPER, "h100", Caller.TORCH, 0),
+        _profile("ada", ADA, "rtx4060", Caller.TORCH, 1 * MIB),
+        _profile("ada-te", ADA, "rtx4060", Caller.TRANSFORMER_ENGINE, 4 * MIB),
+        _profile("ada-ws0", ADA, "rtx4060", Caller.TORCH, 0),
+        _profile("hopper-experimental", HOPPER, "h100", Caller.TORCH, 1 * MIB, Maturity.EXPERIMENTAL, table=False),
+        Profile(
+            name="b200-mma-sync-experimental",
+            preset=B200_MMA_SYNC,
+            split_family=SplitFamily.CONTIGUOUS,
+            gpu="none: fitted to B200 mma.sync vectors, not to a GPU's cuBLAS",
+            sm_count=148,
+            cublaslt="none",
+            torch_version="none",
+            caller=Caller.TORCH,
+            workspace_bytes=1 * MIB,
+            maturity=Maturity.EXPERIMENTAL,
+            table_id=None,
+            source="hw-vectors/b200_e4m3.npz (instruction level only; MATLAB tensor-core toolbox)",
+        ),
+    )
+}
+
+#: The names used before the profiles were renamed; they raise KeyError naming the new name.
+RENAMED = {
+    "hopper-h100pcie-torch": "hopper",
+    "hopper-h100pcie-te": "hopper-te",
+    "hopper-h100pcie-ws0": "hopper-ws0",
+    "ada-rtx4060-torch": "ada",
+    "ada-rtx4060-te": "ada-te",
+    "ada-rtx4060-ws0": "ada-ws0",
+}
+DEFAULT_PROFILE = "hopper"
+
+#: Profiles registered at run time (:func:`register_profile`), e.g. built from a recording.
+USER_PROFILES: dict[str, Profile] = {}
+
+
+def register_profile(profile: Profile, *, table: SplitTable | None = None, replace: bool = False) -> Profile:
+    """Register a user profile (and its table) so that ``profile="<name>"`` and ``MMAEMU_PROFILE`` find it.
+
+    Raises:
+        ValueError: the name is a shipped profile's, or already registered and ``replace`` is false.
+    """
+    if profile.name in PROFILES or profile.name in RENAMED:
+        raise ValueError(f"profile {profile.name!r} is a shipped profile's name")
+    if profile.name in USER_PROFILES and not replace:
+        raise ValueError(f"profile {profile.name!r} is already registered (pass replace=True)")
+    if table is not None:
+        register_table(table, replace=replace)
+    USER_PROFILES[profile.name] = profile
+    return profile
+
+
+def unregister_profile(name: str) -> None:
+    """Remove a user profile and its table (no-op for unknown names)."""
+    profile = USER_PROFILES.pop(name, None)
+    if profile is not None and profile.table_id is not None:
+        if not any(p.table_id == profile.table_id for p in USER_PROFILES.values()):
+            USER_TABLES.pop(profile.table_id, None)
+
+
+def profiles() -> list[Profile]:
+    """All registered profiles, in registry order (shipped first, then user profiles)."""
+    return [*PROFILES.values(), *USER_PROFILES.values()]
+
+
+def default_profile_name() -> str:
+    """``MMAEMU_PROFILE`` if set and not blank (surrounding whitespace ignored), else ``"hopper"``."""
+    return os.environ.get("MMAEMU_PROFILE", "").strip() or DEFAULT_PROFILE
+
+
+def get_profile(profile: str | Profile | None, *, warn: bool = True) -> Profile:
+    """Resolve a profile name (None: the process default). Experimental profiles warn.
+
+    Raises:
+        KeyError: for a name used before the rename (the message names the new one).
+        ValueError: for an unknown name, listing the known profiles (naming ``MMAEMU_PROFILE`` when
+            the name came from it).
+        TypeError: ``profile`` is not a string, a :class:`Profile` or None.
+    """
+    if isinstance(profile, Profile):
+        found = profile
+    elif profile is not None and not isinstance(profile, str):
+        raise TypeError(
+            f"profile must be a profile name (str), a Profile or None, not {type(profile).__name__}"
+        )
+    else:
+        name = default_profile_name() if profile is None else profile
+        source = f"MMAEMU_PROFILE={name!r} (the default profile)" if profile is None else f"profile={name!r}"
+        if name in RENAMED:
+            where = "MMAEMU_PROFILE: " if profile is None else ""
+            raise KeyError(f"{where}profile {name!r} was renamed to {RENAMED[name]!r}")
+        try:
+            found = PROFILES[name] if name in PROFILES else USER_PROFILES[name]
+        except KeyError:
+            known = ", ".join(repr(p) for p in [*PROFILES, *USER_PROFILES])
+            fix = "; set it to one of them, or unset it for 'hopper'" if profile is None else ""
+            raise ValueError(f"{source} is not a profile; accepted: {known}{fix}") from None
+    if warn and found.maturity is Maturity.EXPERIMENTAL:
+        reason = ("its recording's replay did not prove every claim (see profile.evidence)" if found.evidence is not None
+                  else "no reference platform's recordings back its split-K decisions")
+        warnings.warn(
+            f"profile {found.name!r} is experimental: {reason}"
+            + (" and its preset is fitted to instruction-level vectors only" if found.preset is B200_MMA_SYNC else ""),
+            ExperimentalPresetWarning,
+            stacklevel=3,
+        )
+    return found

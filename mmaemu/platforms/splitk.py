@@ -1,0 +1,259 @@
+"""cuBLAS's split-K decisions on a reference platform (profile), from evidence only.
+
+:func:`resolve_splitk` decides whether a profile's platform splits K for a call and how:
+
+1. ``table``: the call's row in the table recorded on the profile's GPU (cuBLASLt's heuristic
+   queried with torch 2.7.1's descriptor; ``mmaemu/data/splitk``, converted by
+   ``tools/convert_splitk.py``);
+2. ``workspace0``: without a workspace cuBLAS never splits (653,400 H100 queries, none split);
+3. ``live-query``: on the reference platform itself, cuBLASLt's heuristic is asked
+   (:mod:`mmaemu.platforms.cublaslt`); never elsewhere;
+4. ``envelope``: above a bound on M*N, S = 1 (H100: a bound per setting and K, fitted and tested on a
+   sealed held-out set; RTX 4060: twice the setting's largest split M*N). ``MMAEMU_SPLITK_STRICT=1``
+   (or ``true``, ``yes``, ``on``; :func:`env_flag`) turns it off.
+   An envelope decision reads the table's ``info["envelope"]`` (:mod:`mmaemu.recording.envelope`
+   fits it).
+
+Anything else raises :class:`~mmaemu.errors.SplitKUnknownError`.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..accumulation import Scheme, SplitK
+from ..errors import SplitKUnknownError, UnvalidatedEnvelopeWarning, UnverifiedSplitWarning
+from ..formats import Fp8Format, OutFormat
+from ..host import env_flag
+from . import cublaslt
+from .profiles import Profile, SplitFamily
+from .table import Setting, SplitTable
+
+__all__ = [
+    "Problem",
+    "SplitSource",
+    "SplitDecision",
+    "resolve_splitk",
+    "split_warnings",
+    "combo_verified",
+    "scheme_for",
+    "live_query",
+    "splitk_strict",
+]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """The features of a call that decide cuBLAS's split-K choice."""
+
+    m: int
+    n: int
+    k: int
+    fmt_a: Fp8Format
+    fmt_b: Fp8Format
+    out: OutFormat
+    fast: bool
+
+    def setting(self, workspace_bytes: int) -> Setting:
+        """The split-K table setting of this problem under a cuBLAS workspace."""
+        return Setting(self.fmt_a, self.fmt_b, self.out, self.fast, workspace_bytes)
+
+
+class SplitSource(str, enum.Enum):
+    """What decided a split-K decision (a string enum: ``SplitSource.TABLE == "table"``)."""
+
+    EXPLICIT = "explicit"
+    TABLE = "table"
+    WORKSPACE0 = "workspace0"
+    ENVELOPE = "envelope"
+    LIVE_QUERY = "live-query"
+
+
+@dataclass(frozen=True)
+class SplitDecision:
+    """A split-K decision and what it rests on.
+
+    Attributes:
+        parts: number of K parts (1: unsplit), as :attr:`mmaemu.accumulation.SplitK.parts`.
+        scheme: how the parts are combined.
+        source: what decided.
+        verified: whether hardware evidence backs this decision and its arithmetic.
+        table_id: the recorded table consulted, if any.
+        note: which row, bound or argument decided.
+    """
+
+    parts: int
+    scheme: Scheme
+    source: SplitSource
+    verified: bool
+    table_id: str | None
+    note: str
+
+    def __repr__(self) -> str:
+        return (f"SplitDecision(parts={self.parts}, scheme={self.scheme.value!r}, source={self.source.value!r}, "
+                f"verified={self.verified}, table_id={self.table_id!r}, note={self.note!r})")
+
+    @property
+    def split(self) -> SplitK:
+        """The decision as a :class:`~mmaemu.accumulation.SplitK`."""
+        return SplitK(self.parts, self.scheme)
+
+
+def splitk_strict() -> bool:
+    """Whether ``MMAEMU_SPLITK_STRICT`` turns the envelope rule off (:func:`env_flag`)."""
+    return env_flag("MMAEMU_SPLITK_STRICT")
+
+
+@functools.lru_cache(maxsize=None)
+def _live_query_tool(gpu: str, sm_count: int, version: str) -> Any:
+    """A cuBLASLt handle when this process runs on that reference platform, else None (cached)."""
+    if not cublaslt.reference_platform_matches(gpu, sm_count, version):
+        return None
+    try:
+        return cublaslt.CublasLt()
+    except Exception:  # noqa: BLE001 - no live query where cuBLASLt cannot be used
+        return None
+
+
+def live_query(profile: Profile, problem: Problem) -> tuple[int, int] | None:
+    """``(S, customOption)`` from cuBLASLt's heuristic, only on the profile's own reference platform.
+
+    Off the reference platform (another GPU, SM count or cuBLASLt version, or no GPU) it returns
+    None without loading anything but torch's CUDA probe. A rejected configuration also gives None.
+    """
+    if profile.table_id is None:
+        return None
+    tool = _live_query_tool(profile.gpu, profile.sm_count, profile.cublaslt)
+    if tool is None:
+        return None
+    result = tool.query(cublaslt.HeuristicQuery(
+        m=problem.m, n=problem.n, k=problem.k, dtype_a=problem.fmt_a.dtype, dtype_b=problem.fmt_b.dtype,
+        out_dtype=problem.out.dtype, use_fast_accum=problem.fast, workspace_bytes=profile.workspace_bytes,
+    ))
+    return (int(result.splitk), int(result.custom_option)) if result.ok else None
+
+
+def scheme_for(profile: Profile, s: int, custom: int) -> Scheme:
+    """The split scheme of a cuBLASLt decision (S and customOption) on ``profile``'s platform."""
+    if s == 1:
+        return Scheme.NONE
+    if profile.split_family is SplitFamily.CONTIGUOUS:
+        return Scheme.CONTIGUOUS  # every customOption combines contiguously and serially (seeds 002)
+    return Scheme.PAIRWISE if custom == 1 else Scheme.SERIAL
+
+
+def combo_verified(profile: Profile, problem: Problem, s: int, scheme: Scheme) -> bool:
+    """Whether this split combination's arithmetic was reproduced on a recorded hardware call."""
+    if s == 1 or profile.table_id is None:
+        return s == 1
+    return SplitTable.load(profile.table_id).is_verified(problem.setting(profile.workspace_bytes), s, scheme)
+
+
+def split_warnings(profile: Profile, problem: Problem, decision: SplitDecision) -> None:
+    """Emit the warnings a decision carries (unverified splits, TE splits, unvalidated envelopes)."""
+    if decision.parts > 1 and profile.transformer_engine and decision.source is not SplitSource.EXPLICIT:
+        warnings.warn(
+            f"{profile.name}: S = {decision.parts} is experimental under Transformer Engine (no split call ran through TE's "
+            "own GEMM on the reference GPU)", UnverifiedSplitWarning, stacklevel=4,
+        )
+    elif decision.parts > 1 and not decision.verified:
+        warnings.warn(
+            f"{profile.name}: split-K S = {decision.parts} {decision.scheme.value} for this output and format pair has not been "
+            "replayed on hardware", UnverifiedSplitWarning, stacklevel=4,
+        )
+    if decision.source is SplitSource.ENVELOPE and not decision.verified:
+        warnings.warn(
+            f"{profile.name}: {decision.note}; this envelope failed or lacks a held-out test",
+            UnvalidatedEnvelopeWarning, stacklevel=4,
+        )
+
+
+def _envelope(profile: Profile, problem: Problem, table: SplitTable) -> SplitDecision | None:
+    mn = problem.m * problem.n
+    env = table.info["envelope"]
+    if env["kind"] == "k_grid":
+        if not env["K_min"] <= problem.k <= env["K_max"]:
+            return None
+        want = problem.setting(profile.workspace_bytes)
+        for b in env["bounds"]:
+            if Setting.from_names(b) == want:
+                grid = env["K_grid"]
+                i = int(np.searchsorted(grid, problem.k, side="left"))
+                bound = int(b["B"][i])
+                if mn <= bound:
+                    return None
+                status = env["validation"].get(str(profile.workspace_bytes), {}).get("status")
+                return SplitDecision(
+                    1, Scheme.NONE, SplitSource.ENVELOPE, status == "validated", table.table_id,
+                    f"M*N = {mn:,} > {bound:,}, the {profile.gpu.removeprefix('NVIDIA ')} bound for K <= {grid[i]:,} in this setting "
+                    f"(held-out test: {status})",
+                )
+        return None
+    stats = table.setting_stats(problem.setting(profile.workspace_bytes))
+    if stats is None or stats["max_split_MN"] is None:
+        return None
+    bound = 2 * int(stats["max_split_MN"])
+    if mn <= bound:
+        return None
+    return SplitDecision(
+        1, Scheme.NONE, SplitSource.ENVELOPE, True, table.table_id,
+        f"M*N = {mn:,} > {bound:,}, twice the largest split M*N of this setting on the RTX 4060",
+    )
+
+
+def resolve_splitk(profile: Profile, problem: Problem) -> SplitDecision:
+    """cuBLAS's split-K decision for ``problem`` on ``profile``'s reference platform, from evidence.
+
+    Emits :class:`UnverifiedSplitWarning` / :class:`UnvalidatedEnvelopeWarning` where the decision
+    carries one.
+
+    Raises:
+        SplitKUnknownError: when no recorded row, workspace rule, live query or envelope decides.
+    """
+    decision = _decide(profile, problem)
+    split_warnings(profile, problem, decision)
+    return decision
+
+
+def _decide(profile: Profile, problem: Problem) -> SplitDecision:
+    strict = splitk_strict()  # read first: a bad value raises whichever rule decides
+    table = SplitTable.load(profile.table_id) if profile.table_id else None
+    if table is not None:
+        setting = problem.setting(profile.workspace_bytes).code
+        row = table.lookup(setting, problem.m, problem.n, problem.k)
+        if row is not None:
+            s, custom = int(table.S[row]), int(table.custom[row])
+            scheme = scheme_for(profile, s, custom)
+            verified = combo_verified(profile, problem, s, scheme)
+            if s > 1 and profile.split_family is SplitFamily.CONTIGUOUS and custom >= 4:
+                verified = False  # customOption 4-7 on split rows: never replayed (seeds 002)
+            return SplitDecision(s, scheme, SplitSource.TABLE, verified, table.table_id,
+                                 f"row {row} of {table.table_id} (customOption {custom})")
+    if profile.workspace_bytes == 0:
+        return SplitDecision(1, Scheme.NONE, SplitSource.WORKSPACE0, True, None,
+                             "cuBLAS never splits K without a workspace (653,400 H100 queries, none split)")
+    answer = live_query(profile, problem)
+    if answer is not None:
+        s, custom = answer
+        scheme = scheme_for(profile, s, custom)
+        return SplitDecision(s, scheme, SplitSource.LIVE_QUERY, combo_verified(profile, problem, s, scheme),
+                             None, f"cuBLASLt heuristic queried on this {profile.gpu} (customOption {custom})")
+    if table is not None and not strict:
+        inferred = _envelope(profile, problem, table)
+        if inferred is not None:
+            return inferred
+    schemes = " or ".join(f'(S, "{s.value}")' for s in profile.schemes)
+    where = f"the {profile.gpu}" if profile.table_id else f"profile {profile.name!r} (it has no split-K table)"
+    raise SplitKUnknownError(
+        f"no recorded evidence decides whether {where} splits K for M, N, K = {problem.m}, {problem.n}, {problem.k} "
+        f"({problem.fmt_a.short_name} x {problem.fmt_b.short_name} -> {problem.out.dtype_name}, "
+        f"use_fast_accum={problem.fast}) under profile {profile.name!r}. Run mmaemu.explain(...) to see what is "
+        f"known; pass splitk=1 only if you know the reference GPU did not split this call, or its known split as "
+        f"splitk={schemes}."
+    )

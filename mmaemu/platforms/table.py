@@ -1,0 +1,303 @@
+"""The binary split-K table: its encoding, its writer and its reader (the one home of the encoding).
+
+A split-K table records cuBLASLt's heuristic decision (S, customOption) per call setting and shape.
+On disk it is ``<table_id>.npz`` (columns) and ``<table_id>.json`` (``info``). Rows are grouped by a
+one-byte *setting* code and sorted within it by a 63-bit *key*:
+
+- setting: ``fmt_a << 7 | fmt_b << 6 | out << 3 | fast << 2 | ws``, with ``fmt`` the index in
+  :data:`FP8_FORMATS`, ``out`` the index in :data:`OUT_FORMATS` and ``ws`` the index in
+  :data:`WS_BYTES` (:class:`Setting`, :func:`setting_code`);
+- key: ``M << 42 | N << 21 | K`` (:func:`pack_key`, 21 bits per dimension);
+- columns: ``key`` (int64), ``setting_start`` (int64, 257 entries: rows of setting ``s`` are
+  ``setting_start[s]:setting_start[s+1]``), ``S`` and ``custom``, and any further per-row columns.
+
+The shipped tables (``mmaemu/data/splitk``, written by ``tools/convert_splitk.py``), the recorder's
+``heuristics.npz`` and the replay all go through this module.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..accumulation import Scheme
+from ..formats import Fp8Format, OutFormat
+
+__all__ = [
+    "TABLE_FORMAT",
+    "FIELD_BITS",
+    "WS_BYTES",
+    "OUT_FORMATS",
+    "FP8_FORMATS",
+    "OUT_NAMES",
+    "FMT_NAMES",
+    "KEY_DESCRIPTION",
+    "table_codes",
+    "Setting",
+    "setting_code",
+    "pack_key",
+    "unpack_key",
+    "table_arrays",
+    "setting_statistics",
+    "serialise_table",
+    "write_table",
+    "SplitTable",
+    "register_table",
+    "USER_TABLES",
+]
+
+#: The ``format`` of split-K tables (shipped and recorded).
+TABLE_FORMAT = "mmaemu-splitk/1"
+#: Bits per dimension in a key.
+FIELD_BITS = 21
+#: cuBLAS workspaces of the recorded settings (bytes), by code.
+WS_BYTES: tuple[int, ...] = (0, 1 << 20, 4 << 20, 32 << 20)
+#: Output formats, by code.
+OUT_FORMATS: tuple[OutFormat, ...] = (OutFormat.FLOAT32, OutFormat.BFLOAT16, OutFormat.FLOAT16, OutFormat.E4M3,
+                                      OutFormat.E5M2)
+#: FP8 input formats, by code.
+FP8_FORMATS: tuple[Fp8Format, ...] = (Fp8Format.E4M3, Fp8Format.E5M2)
+#: The names the tables' JSON uses for outputs (torch's dtype names) and FP8 formats, by code.
+OUT_NAMES: tuple[str, ...] = tuple(f.dtype_name for f in OUT_FORMATS)
+FMT_NAMES: tuple[str, ...] = tuple(f.short_name for f in FP8_FORMATS)
+#: The ``key`` entry of a table's info: how its key and setting codes are built.
+KEY_DESCRIPTION = "M << 42 | N << 21 | K within a setting; setting = fa << 7 | fb << 6 | out << 3 | fast << 2 | ws"
+
+
+def table_codes() -> dict[str, list[Any]]:
+    """The ``codes`` entry of a table's info: the values behind each field's code."""
+    return {"fmt": list(FMT_NAMES), "out": list(OUT_NAMES), "ws_bytes": list(WS_BYTES)}
+
+
+@dataclass(frozen=True)
+class Setting:
+    """The call features a table groups rows by: formats, output, fast accumulation, workspace."""
+
+    fmt_a: Fp8Format
+    fmt_b: Fp8Format
+    out: OutFormat
+    fast: bool
+    workspace_bytes: int
+
+    def __post_init__(self) -> None:
+        if self.workspace_bytes not in WS_BYTES:
+            raise ValueError(f"workspace {self.workspace_bytes} bytes is not a recorded setting; one of {list(WS_BYTES)}")
+
+    @property
+    def code(self) -> int:
+        """The one-byte setting code."""
+        return int(setting_code(FP8_FORMATS.index(self.fmt_a), FP8_FORMATS.index(self.fmt_b),
+                                OUT_FORMATS.index(self.out), int(self.fast), WS_BYTES.index(self.workspace_bytes)))
+
+    @staticmethod
+    def from_code(code: int) -> Setting:
+        """The setting of a one-byte code."""
+        code = int(code)
+        return Setting(FP8_FORMATS[(code >> 7) & 1], FP8_FORMATS[(code >> 6) & 1], OUT_FORMATS[(code >> 3) & 7],
+                       bool((code >> 2) & 1), WS_BYTES[code & 3])
+
+    def names(self) -> dict[str, Any]:
+        """The setting as the tables' JSON writes it: ``ws`` (bytes), ``out``, ``fast``, ``fmt_a``, ``fmt_b``."""
+        return {"ws": self.workspace_bytes, "out": self.out.dtype_name, "fast": self.fast,
+                "fmt_a": self.fmt_a.short_name, "fmt_b": self.fmt_b.short_name}
+
+    def combo(self, parts: int, scheme: Scheme) -> tuple[bool, int, str, str, str]:
+        """A split combination as a table's ``verified_combos`` lists it: fast, S, scheme, out, format pair."""
+        return (self.fast, int(parts), scheme.value, self.out.dtype_name, f"{self.fmt_a.short_name}x{self.fmt_b.short_name}")
+
+    @staticmethod
+    def from_names(d: Mapping[str, Any]) -> Setting:
+        """The inverse of :meth:`names`."""
+        return Setting(FP8_FORMATS[FMT_NAMES.index(d["fmt_a"])], FP8_FORMATS[FMT_NAMES.index(d["fmt_b"])],
+                       OUT_FORMATS[OUT_NAMES.index(d["out"])], bool(d["fast"]), int(d["ws"]))
+
+
+def setting_code(fa: Any, fb: Any, out: Any, fast: Any, ws: Any) -> Any:
+    """One byte per setting from the codes of its fields: fa (1 bit), fb (1), out (3), fast (1), ws (2).
+
+    Scalars or numpy arrays (the vectorised form of :attr:`Setting.code`)."""
+    return (fa << 7) | (fb << 6) | (out << 3) | (fast << 2) | ws
+
+
+def pack_key(m: Any, n: Any, k: Any) -> np.ndarray:
+    """The table key ``M << 42 | N << 21 | K`` (int64)."""
+    return (np.asarray(m, np.int64) << (2 * FIELD_BITS)) | (np.asarray(n, np.int64) << FIELD_BITS) | np.asarray(k, np.int64)
+
+
+def unpack_key(key: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(M, N, K)`` of table keys."""
+    key = np.asarray(key, np.int64)
+    mask = (1 << FIELD_BITS) - 1
+    return key >> (2 * FIELD_BITS), (key >> FIELD_BITS) & mask, key & mask
+
+
+def table_arrays(setting: np.ndarray, m: np.ndarray, n: np.ndarray, k: np.ndarray,
+                 columns: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Sort rows by (setting, key) into the table's binary columns.
+
+    Args:
+        setting: per row, its :func:`setting_code`.
+        m: M per row.
+        n: N per row.
+        k: K per row.
+        columns: further per-row columns (``S``, ``custom``, ...), reordered with the rows, dtypes kept.
+
+    Returns:
+        ``key`` (int64), ``setting_start`` (int64 [257]) and the columns, sorted.
+
+    Raises:
+        ValueError: a dimension does not fit the key's 21-bit fields, or a (setting, M, N, K) repeats.
+    """
+    for name, col in (("M", m), ("N", n), ("K", k)):
+        if len(col) and (int(np.max(col)) >= 1 << FIELD_BITS or int(np.min(col)) < 0):
+            raise ValueError(f"{name} does not fit the table key's {FIELD_BITS}-bit field")
+    setting = np.asarray(setting, np.int64)
+    key = pack_key(m, n, k)
+    order = np.lexsort((key, setting))
+    setting, key = setting[order], key[order]
+    if len(key) > 1 and bool(((np.diff(setting) == 0) & (np.diff(key) == 0)).any()):
+        raise ValueError("duplicate keys")
+    out = {"key": key.astype(np.int64), "setting_start": np.searchsorted(setting, np.arange(257), side="left").astype(np.int64)}
+    for name, col in columns.items():
+        out[name] = np.asarray(col)[order]
+    return out
+
+
+def setting_statistics(arrays: Mapping[str, np.ndarray]) -> list[dict[str, Any]]:
+    """Per setting with rows: its workspace, output, fast, formats, rows, split rows, S values, largest
+    split M*N and smallest split K (the ``settings`` of a table's info)."""
+    stats = []
+    starts = arrays["setting_start"]
+    for s in range(256):
+        lo, hi = int(starts[s]), int(starts[s + 1])
+        if hi == lo:
+            continue
+        m, n, k = unpack_key(arrays["key"][lo:hi])
+        split = np.asarray(arrays["S"][lo:hi]) > 1
+        stats.append({
+            **Setting.from_code(s).names(), "rows": hi - lo,
+            "split_rows": int(split.sum()),
+            "S_values": sorted(int(v) for v in np.unique(np.asarray(arrays["S"][lo:hi])[split])),
+            "max_split_MN": int((m * n)[split].max()) if split.any() else None,
+            "min_split_K": int(k[split].min()) if split.any() else None,
+        })
+    return stats
+
+
+def serialise_table(arrays: Mapping[str, np.ndarray], info: Mapping[str, Any]) -> tuple[bytes, bytes]:
+    """The bytes of ``<table_id>.npz`` (compressed columns) and ``<table_id>.json`` (sorted, indented)."""
+    buf = io.BytesIO()
+    np.savez_compressed(buf, **dict(arrays))  # type: ignore[arg-type]
+    return buf.getvalue(), (json.dumps(info, indent=1, sort_keys=True) + "\n").encode()
+
+
+def write_table(directory: Path, stem: str, arrays: Mapping[str, np.ndarray], info: Mapping[str, Any]) -> tuple[Path, Path]:
+    """Write ``<stem>.npz`` and ``<stem>.json`` into ``directory``; returns their paths."""
+    directory.mkdir(parents=True, exist_ok=True)
+    npz_bytes, json_bytes = serialise_table(arrays, info)
+    npz_path, json_path = directory / f"{stem}.npz", directory / f"{stem}.json"
+    npz_path.write_bytes(npz_bytes)
+    json_path.write_bytes(json_bytes)
+    return npz_path, json_path
+
+
+#: Tables registered at run time (:func:`register_table`), e.g. a recording's.
+USER_TABLES: dict[str, SplitTable] = {}
+
+
+@dataclass(frozen=True)
+class SplitTable:
+    """A recorded cuBLASLt split-K table: sorted binary columns, looked up with a binary search.
+
+    Rows of setting ``s`` (one byte: fa, fb, out, fast, ws) are ``setting_start[s]:setting_start[s+1]``,
+    sorted by ``key = M << 42 | N << 21 | K``.
+    """
+
+    table_id: str
+    info: dict[str, Any] = field(repr=False)
+    key: np.ndarray = field(repr=False)
+    setting_start: np.ndarray = field(repr=False)
+    S: np.ndarray = field(repr=False)
+    custom: np.ndarray = field(repr=False)
+    verified: frozenset[tuple[bool, int, str, str, str]] = field(repr=False)
+
+    @staticmethod
+    def load(table_id: str) -> SplitTable:
+        """A registered user table (:func:`register_table`), else a shipped table (cached per process)."""
+        user = USER_TABLES.get(table_id)
+        return user if user is not None else SplitTable._load_shipped(table_id)
+
+    @staticmethod
+    @functools.lru_cache(maxsize=None)
+    def _load_shipped(table_id: str) -> SplitTable:
+        base = resources.files("mmaemu") / "data" / "splitk"
+        info = json.loads((base / f"{table_id}.json").read_text())
+        with (base / f"{table_id}.npz").open("rb") as fh:
+            return SplitTable.from_arrays(table_id, info, np.load(fh))
+
+    @staticmethod
+    def from_files(npz_path: str | os.PathLike[str], json_path: str | os.PathLike[str]) -> SplitTable:
+        """Load a table written in the shipped format (``<table_id>.npz`` and ``.json``) from any path."""
+        info = json.loads(Path(json_path).read_text())
+        with np.load(Path(npz_path)) as data:
+            return SplitTable.from_arrays(str(info["table_id"]), info, data)
+
+    @staticmethod
+    def from_arrays(table_id: str, info: dict[str, Any], data: Any) -> SplitTable:
+        """A table from its ``info`` and a mapping holding the ``key``, ``setting_start``, ``S`` and ``custom`` columns."""
+        arrays = {k: np.asarray(data[k]) for k in ("key", "setting_start", "S", "custom")}
+        verified = frozenset((bool(c[0]), int(c[1]), str(c[2]), str(c[3]), str(c[4])) for c in info["verified_combos"])
+        return SplitTable(table_id, info, arrays["key"], arrays["setting_start"], arrays["S"], arrays["custom"], verified)
+
+    def lookup(self, setting: int, m: int, n: int, k: int) -> int | None:
+        """The row index of a call, or None when it is not recorded."""
+        if max(m, n, k) >= 1 << FIELD_BITS or min(m, n, k) < 0:
+            return None
+        lo, hi = int(self.setting_start[setting]), int(self.setting_start[setting + 1])
+        key = int(pack_key(m, n, k))
+        i = lo + int(np.searchsorted(self.key[lo:hi], key))
+        return i if i < hi and int(self.key[i]) == key else None
+
+    def lookup_many(self, settings: np.ndarray, m: np.ndarray, n: np.ndarray, k: np.ndarray) -> np.ndarray:
+        """Vectorised :meth:`lookup`: row indices, -1 where not recorded."""
+        settings = np.asarray(settings, np.int64)
+        keys = pack_key(m, n, k)
+        idx = np.full(keys.shape, -1, dtype=np.int64)
+        for s in np.unique(settings):
+            sel = np.nonzero(settings == s)[0]
+            lo, hi = int(self.setting_start[s]), int(self.setting_start[s + 1])
+            if hi == lo:
+                continue
+            pos = lo + np.searchsorted(self.key[lo:hi], keys[sel])
+            pos_ok = np.minimum(pos, hi - 1)
+            found = (pos < hi) & (self.key[pos_ok] == keys[sel])
+            idx[sel[found]] = pos_ok[found]
+        return idx
+
+    def setting_stats(self, setting: Setting) -> dict[str, Any] | None:
+        """The recorded statistics of one setting (rows, split rows, largest split M*N, ...)."""
+        want = setting.names()
+        for s in self.info["settings"]:
+            if all(s[name] == value for name, value in want.items()):
+                return dict(s)
+        return None
+
+    def is_verified(self, setting: Setting, parts: int, scheme: Scheme) -> bool:
+        """Whether a split of this setting (S, scheme) was reproduced on a recorded hardware call."""
+        return setting.combo(parts, scheme) in self.verified
+
+
+def register_table(table: SplitTable, *, replace: bool = False) -> None:
+    """Make a split-K table (e.g. a recording's) loadable by :meth:`SplitTable.load` under its id."""
+    if not replace and table.table_id in USER_TABLES and USER_TABLES[table.table_id] is not table:
+        raise ValueError(f"a different split-K table {table.table_id!r} is already registered")
+    USER_TABLES[table.table_id] = table

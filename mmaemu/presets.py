@@ -1,0 +1,187 @@
+"""Tensor-core presets: the arithmetic of one instruction, named.
+
+A :class:`Preset` says how many products one block adds (``block_size``), how many fraction bits
+survive the alignment (``frac_bits``), how the incoming accumulator takes part (:class:`CMode`) and
+how the normalised sum is rounded (:class:`Rounding`). :mod:`mmaemu.model` computes with them; this
+module only names them and keeps the registry (:func:`get_preset`, :func:`presets`).
+"""
+
+from __future__ import annotations
+
+import enum
+import warnings
+from dataclasses import dataclass
+
+from .errors import ExperimentalPresetWarning, UnsupportedFeatureError
+
+__all__ = [
+    "Maturity",
+    "CMode",
+    "Rounding",
+    "Preset",
+    "HOPPER",
+    "ADA",
+    "B200_MMA_SYNC",
+    "presets",
+    "get_preset",
+]
+
+class Maturity(enum.Enum):
+    """How far hardware recordings back a preset or profile."""
+
+    VALIDATED = "validated"
+    EXPERIMENTAL = "experimental"
+
+
+class CMode(enum.Enum):
+    """How the incoming accumulator ``c`` enters a block."""
+
+    #: c's exponent enters the block maximum and c is truncated with the products (hopper, ada).
+    ALIGNED = "aligned"
+    #: the products are summed from zero, then c is added by one fp32 round-to-nearest-even
+    #: addition (b200_mma_sync; the toolbox's B200 round-to-nearest model).
+    ROUNDED_ADD = "rounded-add"
+
+
+class Rounding(enum.Enum):
+    """How a block's exact sum is normalised to fp32."""
+
+    #: toward zero, to ``frac_bits`` fraction bits (hopper, ada).
+    TRUNCATE = "truncate"
+    #: to nearest even, to fp32's 23 fraction bits (b200_mma_sync).
+    NEAREST_EVEN = "nearest-even"
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
+class Preset:
+    """The arithmetic of one tensor-core block FMA.
+
+    Attributes:
+        name: registry name.
+        block_size: products added per block (B).
+        frac_bits: fraction bits kept relative to the block's largest exponent (F).
+        c_mode: how the accumulator enters a block (:class:`CMode`).
+        rounding: how the block sum is normalised (:class:`Rounding`).
+        maturity: validated on hardware GEMMs, or experimental (warns when used).
+        source: the evidence behind the numbers.
+
+    Example:
+        >>> from mmaemu.model import Preset
+        >>> Preset("wide", block_size=64, frac_bits=20)  # doctest: +ELLIPSIS
+        Preset(name='wide', block_size=64, frac_bits=20, ...)
+    """
+
+    name: str
+    block_size: int
+    frac_bits: int
+    c_mode: CMode = CMode.ALIGNED
+    rounding: Rounding = Rounding.TRUNCATE
+    maturity: Maturity = Maturity.EXPERIMENTAL
+    source: str = "user-defined"
+
+    def __post_init__(self) -> None:
+        if not (_is_int(self.block_size) and 1 <= self.block_size <= 1024):
+            raise ValueError(f"block_size must be an int in [1, 1024], got {self.block_size!r}")
+        if not (_is_int(self.frac_bits) and 1 <= self.frac_bits <= 40):
+            raise ValueError(f"frac_bits must be an int in [1, 40], got {self.frac_bits!r}")
+        if not isinstance(self.maturity, Maturity):
+            raise TypeError("maturity must be a Maturity")
+        if not isinstance(self.c_mode, CMode) or not isinstance(self.rounding, Rounding):
+            raise TypeError("c_mode must be a CMode and rounding a Rounding")
+
+
+HOPPER = Preset(
+    "hopper",
+    block_size=32,
+    frac_bits=13,
+    maturity=Maturity.VALIDATED,
+    source="H100 wgmma vectors (hw-vectors/h100_e4m3.npz, 5,000 of 5,000); seeds 002 (H100 PCIe cuBLAS)",
+)
+ADA = Preset(
+    "ada",
+    block_size=16,
+    frac_bits=13,
+    maturity=Maturity.VALIDATED,
+    source="RTX 1000 Ada mma.sync vectors (hw-vectors/ada_e4m3.npz, 5,000 of 5,000); RTX 4060 recordings",
+)
+# [Note: b200_mma_sync] Fitted to the B200 mma.sync vectors (5,000 of 5,000), following the
+# structure of the MATLAB tensor-core toolbox's B200 round-to-nearest model: the products of a
+# 32-element instruction are aligned and truncated (25 fraction bits), their sum is rounded to
+# nearest even, and c is added last by an fp32 round-to-nearest-even addition. The vectors pin
+# down only the last step (682 of them are exact ties; truncation fits 3,151): their products
+# never span enough exponents for F or the block grouping to matter, so those are unverified.
+# The common B = 32, F = 25, c-aligned truncating model fits 3,207.
+B200_MMA_SYNC = Preset(
+    "b200_mma_sync",
+    block_size=32,
+    frac_bits=25,
+    c_mode=CMode.ROUNDED_ADD,
+    rounding=Rounding.NEAREST_EVEN,
+    maturity=Maturity.EXPERIMENTAL,
+    source="B200 mma.sync vectors (hw-vectors/b200_e4m3.npz, 5,000 of 5,000); MATLAB tensor-core "
+    "toolbox B200 model; not B200 cuBLAS, not sm_120",
+)
+
+_PRESETS = {p.name: p for p in (HOPPER, ADA, B200_MMA_SYNC)}
+_ALIASES = {"blackwell": "b200_mma_sync"}
+_NOT_MODELLED = {
+    "sm_120": "sm_120 (RTX 50-series, RTX PRO 6000 Blackwell) is not modelled: mmaemu ships no "
+    "preset for it, and b200_mma_sync is not such a model",
+    "rtx_blackwell": "sm_120 (RTX 50-series Blackwell) is not modelled: mmaemu ships no preset "
+    "for it, and b200_mma_sync is not such a model",
+}
+
+
+def presets() -> dict[str, Preset]:
+    """The shipped presets by name (aliases excluded)."""
+    return dict(_PRESETS)
+
+
+def get_preset(preset: str | Preset, *, warn: bool = True) -> Preset:
+    """Resolve a preset name (or pass a :class:`Preset` through).
+
+    Experimental presets, and the alias ``blackwell``, emit :class:`ExperimentalPresetWarning`
+    when ``warn`` is true.
+
+    Raises:
+        UnsupportedFeatureError: for ``sm_120`` and ``rtx_blackwell`` (not modelled).
+        KeyError: for an unknown name; the message lists the known ones.
+    """
+    if isinstance(preset, Preset):
+        if warn and preset.maturity is Maturity.EXPERIMENTAL and preset.name in _PRESETS:
+            _warn_experimental(preset.name)
+        return preset
+    if not isinstance(preset, str):
+        raise TypeError(f"preset must be a name or a Preset, got {type(preset).__name__}")
+    if preset in _NOT_MODELLED:
+        raise UnsupportedFeatureError(_NOT_MODELLED[preset])
+    if preset in _ALIASES:
+        target = _ALIASES[preset]
+        if warn:
+            warnings.warn(
+                f"preset {preset!r} is an alias of the experimental {target!r}: it fits the B200 "
+                "mma.sync vectors only, not B200 cuBLAS and not RTX 50-series GPUs",
+                ExperimentalPresetWarning,
+                stacklevel=3,
+            )
+        return _PRESETS[target]
+    try:
+        found = _PRESETS[preset]
+    except KeyError:
+        known = ", ".join(sorted([*_PRESETS, *_ALIASES]))
+        raise KeyError(f"unknown preset {preset!r}; known presets: {known}") from None
+    if warn and found.maturity is Maturity.EXPERIMENTAL:
+        _warn_experimental(found.name)
+    return found
+
+
+def _warn_experimental(name: str) -> None:
+    warnings.warn(
+        f"preset {name!r} is experimental: it is not validated on hardware GEMMs",
+        ExperimentalPresetWarning,
+        stacklevel=4,
+    )

@@ -1,0 +1,138 @@
+"""A profile from a recording: its table, its fitted envelope, its probes' verdict, its replay's evidence.
+
+:func:`profile_from_recording` turns a recording directory into a
+:class:`~mmaemu.platforms.profiles.Profile` that ``profile=`` accepts; it is validated only when a
+replay of that very recording passed (see its docstring for the full rule).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from ..platforms.profiles import Caller, Profile, SplitFamily, register_profile
+from ..platforms.table import WS_BYTES, SplitTable, register_table
+from ..presets import Maturity, Preset
+from .envelope import TableRows, fit_envelope, heldout_mask, validate_envelope
+from .format import Recording, sha256_bytes
+from .probes import ProbeVerdict, verdict_from_recording
+
+__all__ = ["profile_from_recording", "register_recording"]
+
+
+def _slug(text: str) -> str:
+    return "".join(c for c in text.lower().replace("nvidia", "") if c.isalnum())
+
+
+def profile_from_recording(directory: str | os.PathLike[str], *, name: str | None = None,
+                           workspace_bytes: int | None = None, preset: Preset | None = None,
+                           split_family: SplitFamily | None = None, report: Mapping[str, Any] | None = None,
+                           register: bool = False, verdict: ProbeVerdict | None = None) -> Profile:
+    """A :class:`~mmaemu.platforms.profiles.Profile` whose split-K table is a recording's.
+
+    The table holds every recorded heuristic row. Its envelope is fitted on the training rows and
+    tested once on the held-out ones (:func:`heldout_mask`). The preset and split family are the probes'
+    verdict (or ``preset=`` / ``split_family=``). The profile is ``validated`` only when a replay report
+    of this very recording (``replay.json`` in the directory, or ``report=``) passed, the probes fit a
+    preset and at least one live call was replayed; otherwise ``experimental``. ``profile.evidence`` and
+    ``profile.source`` say what was proven.
+
+    Args:
+        directory: the recording.
+        name: registry name (default ``"rec-<gpu>-<digest[:8]>"``).
+        workspace_bytes: the caller's workspace (default: the recording's torch workspace).
+        preset: a :class:`~mmaemu.presets.Preset` to use instead of the probes' verdict.
+        split_family: a :class:`~mmaemu.platforms.profiles.SplitFamily` to use instead of the probes' verdict.
+        report: a replay report (default: ``replay.json`` in the directory, if present).
+        register: also :func:`~mmaemu.platforms.profiles.register_profile` it (with its table).
+        verdict: the probes' verdict, when already computed (:func:`mmaemu.recording.probes.verdict_from_recording`).
+
+    Raises:
+        ValueError: no heuristic table, or the probes fit no preset (or no split family while the table
+            has splits) and none was passed.
+    """
+    rec = Recording.open(directory)
+    if not rec.has_table():
+        raise ValueError(f"{rec.path}: the recording has no heuristic table (its heuristics section did not run)")
+    env = rec.environment
+    columns = rec.table_columns()
+    info = rec.table_info()
+    rows = TableRows.of(columns)
+    held = heldout_mask(rows)
+    envelope = fit_envelope(rows.select(~held))
+    envelope["validation"] = validate_envelope(envelope, rows.select(held))
+    if report is None and (rec.path / "replay.json").is_file():
+        report = json.loads((rec.path / "replay.json").read_text())
+    report_valid = report is not None and report.get("recording_digest") == rec.digest
+    if verdict is None:
+        verdict = verdict_from_recording(rec)
+    chosen_preset = preset if preset is not None else verdict.preset
+    if chosen_preset is None:
+        raise ValueError(f"{rec.path}: the probes fit no preset ({verdict.summary}); pass preset= to build a profile anyway")
+    family = split_family if split_family is not None else verdict.split_family
+    has_splits = bool((rows.S > 1).any())
+    if family is None:
+        if has_splits:
+            raise ValueError(f"{rec.path}: the probes decide no split family ({verdict.summary}); pass split_family=")
+        family = SplitFamily.CONTIGUOUS
+    ws = int(workspace_bytes if workspace_bytes is not None else env.get("torch_workspace_bytes", 1 << 20))
+    if ws == 0 and bool((rows.S[(rows.setting & 3) == WS_BYTES.index(0)] > 1).any()):
+        raise ValueError(f"{rec.path}: this GPU split K without a workspace; a workspace-0 profile would be wrong off the table")
+    # a replay proves this profile only if it ran with this profile's preset and split family
+    same_model = report is not None and (report.get("preset"), report.get("split_family")) == (
+        getattr(chosen_preset, "name", None), family.name.lower())
+    verified = (sorted({tuple(c) for c in (report or {}).get("verified_combos", [])}) if report_valid and same_model
+                else [])
+    table_id = f"heur_{_slug(str(env.get('gpu', 'gpu')))}_lt{env.get('cublaslt', 'unknown')}_{rec.digest[:8]}"
+    info = {**info, "table_id": table_id, "envelope": envelope, "verified_combos": [list(c) for c in verified]}
+    info_hash = sha256_bytes(json.dumps(info, sort_keys=True, default=str).encode())[:6]
+    table_id = info["table_id"] = f"{table_id}{info_hash}"
+    table = SplitTable.from_arrays(table_id, info, columns)
+    replay_passed = bool(report_valid and report is not None and report.get("passed") and same_model)
+    live_equal = int((report or {}).get("calls", {}).get("equal", 0)) if report_valid else 0
+    validated = replay_passed and live_equal > 0 and preset is None and verdict.preset is not None
+    env_status = {ws_: v["status"] for ws_, v in envelope["validation"].items()}
+    evidence = {
+        "recording": str(rec.path), "recording_digest": rec.digest,
+        "sections": dict(rec.manifest.get("sections", {})),
+        "replay": ("not run" if report is None else "for another recording" if not report_valid
+                   else "under another preset or split family" if not same_model
+                   else "passed" if replay_passed else "failed"),
+        "live_calls_equal": live_equal,
+        "live_calls": int((report or {}).get("calls", {}).get("total", 0)) if report_valid else 0,
+        "verified_split_combos": len(verified),
+        "probes": verdict.summary, "preset_from": "probes" if preset is None else "argument",
+        "split_family_from": "probes" if split_family is None and verdict.split_family is not None else
+                             ("argument" if split_family is not None else "no splits recorded"),
+        "envelope": env_status, "heuristic_rows": len(rows), "heldout_rows": int(held.sum()),
+    }
+    source = (f"recording {rec.path.name} ({env.get('gpu')}, cuBLASLt {env.get('cublaslt')}, digest {rec.digest[:12]}): "
+              f"replay {evidence['replay']}, {live_equal} of {evidence['live_calls']} live calls equal; "
+              f"{len(rows):,} heuristic rows; envelope {env_status or 'none'}; probes: {verdict.summary}")
+    profile = Profile(
+        name=name or f"rec-{_slug(str(env.get('gpu', 'gpu')))}-{rec.digest[:8]}",
+        preset=chosen_preset,
+        split_family=family,
+        gpu=str(env.get("gpu", "unknown")),
+        sm_count=int(env.get("sm_count", 1)),
+        cublaslt=str(env.get("cublaslt", "unknown")),
+        torch_version=str(env.get("torch", "unknown")),
+        caller=Caller.TORCH,
+        workspace_bytes=ws,
+        maturity=Maturity.VALIDATED if validated else Maturity.EXPERIMENTAL,
+        table_id=table_id,
+        source=source,
+        evidence=evidence,
+    )
+    if register:
+        register_profile(profile, table=table, replace=True)
+    else:
+        register_table(table, replace=True)
+    return profile
+
+
+def register_recording(directory: str | os.PathLike[str], **options: Any) -> Profile:
+    """Build a profile from a recording and register it; returns the profile."""
+    return profile_from_recording(directory, register=True, **options)
