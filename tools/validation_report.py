@@ -158,14 +158,15 @@ def differential() -> list[str]:
     failures = []
     for config in td.CONFIGS:
         try:
-            td.test_cpu_backend_equals_reference_backend(*config)
+            td.test_backend_equals_reference_backend("cpu", *config)
         except AssertionError:
             failures.append(config)
     total = len(td.CONFIGS) * td.M * td.N
     return ["## Differential test", "",
             "The compiled cpu backend against the reference backend on random and adversarial operands",
             "(`tests/test_differential.py`: presets, format pairs, fast and slow accumulation, four split",
-            "settings, five data kinds).", "",
+            "settings, five data kinds). The same suite runs the Triton kernels in Triton's interpreter: eight",
+            "configurations in CI, all 240 with `pytest --full` (too slow for this page's regeneration).", "",
             f"- configurations: {len(td.CONFIGS)}; outputs compared at CI size: {total:,}; configurations with a",
             f"  mismatch: {len(failures)}. `pytest --full` runs 1,105,920 outputs.",
             "- The independent slow model (`tests/slowmodel.py`, exact rational arithmetic) is compared with",
