@@ -74,7 +74,7 @@ def _profile_name(profile: object) -> str:
         if registered is not profile:
             raise ValueError(
                 f"profile {profile.name!r} is not the profile registered under that name; register it with "
-                "mmaemu.platform.register_profile(profile) and pass it (or its name) again"
+                "mmaemu.platforms.register_profile(profile) and pass it (or its name) again"
             )
     return found.name
 

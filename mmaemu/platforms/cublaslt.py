@@ -5,7 +5,7 @@ exactly as torch 2.7.1 describes it (``aten/src/ATen/cuda/CUDABlas.cpp``, ``scal
 algorithm's split-K configuration with ``cublasLtMatmulAlgoConfigGetAttribute``. No kernel is launched.
 It serves two purposes:
 
-* the ``live-query`` source of :mod:`mmaemu.platform`: on the reference GPU itself, a shape that no recorded
+* the ``live-query`` source of :mod:`mmaemu.platforms.splitk`: on the reference GPU itself, a shape that no recorded
   table decides is asked of the local cuBLASLt;
 * recording split-K tables on any NVIDIA GPU.
 

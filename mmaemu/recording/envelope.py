@@ -87,7 +87,7 @@ def fit_envelope(train: TableRows, *, margin: int = 2) -> dict[str, Any]:
         margin: the factor between the last unsplit level seen and the bound.
 
     Returns:
-        The ``envelope`` of a table's info (``kind`` ``"k_grid"``, as :mod:`mmaemu.platform` reads it),
+        The ``envelope`` of a table's info (``kind`` ``"k_grid"``, as :mod:`mmaemu.platforms.splitk` reads it),
         with ``validation`` empty (:func:`validate_envelope` fills it).
     """
     grid_rows = train.select(train.part == Part.GRID)

@@ -177,7 +177,7 @@ class Recorder:
             "rows": len(arrays["key"]), "split_rows": int((arrays["S"] > 1).sum()),
             "key": KEY_DESCRIPTION,
             "codes": {**table_codes(), "part": {p.name.lower(): int(p) for p in Part}},
-            "source": {"recording": True, "descriptor": "torch 2.7.1 _scaled_mm (mmaemu.cublaslt), requestedAlgoCount 1",
+            "source": {"recording": True, "descriptor": "torch 2.7.1 _scaled_mm (mmaemu.platforms.cublaslt), requestedAlgoCount 1",
                        "failures": dict(self._failures)},
             "settings": setting_statistics(arrays),
             "rejects": [{"fmt_a": a, "fmt_b": b, "out": o} for a, b, o in sorted(self._rejects)],
