@@ -17,7 +17,8 @@ Operator schema (torch's ``_scaled_mm`` arguments, then mmaemu's)::
                       str profile, str splitk, str backend) -> Tensor
 
 ``profile`` is a profile name or ``""`` for the process default (``MMAEMU_PROFILE``, read when
-the operator runs); ``splitk`` is ``"auto"``, ``"1"`` or ``"S:scheme"`` (``"4:contiguous"``).
+the operator runs); ``splitk`` is ``"auto"``, ``"1"`` or ``"S,scheme"`` (``"4,contiguous"``: the one text
+form of a split, :func:`mmaemu.accumulation.splitk_text`).
 Call it through :func:`scaled_mm` below, which takes mmaemu's usual arguments.
 """
 
