@@ -1,11 +1,11 @@
 """Backends: interchangeable executors of the same exact model.
 
 Every backend returns exactly the reference model's bits. ``backend="auto"`` picks the fastest
-available backend for the operands' device: ``cpu`` (compiled by numba) for CPU tensors when numba
-imports; ``triton`` for CUDA tensors when Triton imports and its self-test (run once per device and
-process) passed there; ``reference`` otherwise. When the self-test fails on a device, ``auto``
-emits one :class:`~mmaemu.errors.BackendFallbackWarning` per device naming the failed kernel and
-the reason. :func:`auto_fallback` says why ``auto`` did not take a faster one.
+available backend for the operands' device (:mod:`mmaemu.backends.capabilities`): ``cpu`` (compiled by
+numba, a dependency) for CPU tensors; ``triton`` for CUDA tensors when Triton imports and its self-test
+(run once per device and process) passed there; ``reference`` otherwise. When numba cannot load, or the
+self-test fails on a device, ``auto`` emits one :class:`~mmaemu.errors.BackendFallbackWarning` per device
+saying why. :func:`auto_fallback` says why ``auto`` did not take a faster one.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from ..accumulation import AccumulationPlan
 from ..errors import BackendFallbackWarning, BackendUnavailableError
 from ..presets import Preset
 from . import cpu, reference
-from .capabilities import AUTO_ORDER, CONCRETE, Backend, Support, parse_backend, supports
+from .capabilities import AUTO_ORDER, CONCRETE, CORE, Backend, Support, parse_backend, supports
 from .triton import backend as triton_backend
 from .triton import selftest as triton_selftest
 
@@ -63,7 +63,11 @@ def resolve_backend(name: str | Backend, device: torch.device) -> Backend:
     for candidate in AUTO_ORDER.get(device.type, (Backend.REFERENCE,)):
         if candidate is Backend.REFERENCE:
             return candidate
-        if not supports(candidate, None, (), device):
+        support = supports(candidate, None, (), device)
+        if not support:
+            if candidate in CORE:  # installed with mmaemu, so its absence is news
+                _warn_fallback_once(candidate, device, f"is unavailable: {support.reason} (numba is a dependency of "
+                                                       "mmaemu: pip install numba, or reinstall mmaemu)")
             continue
         failure = _selftest_failure(candidate, device)
         if failure is None:
@@ -91,7 +95,7 @@ _WARNED: set[str] = set()
 
 
 def _warn_fallback_once(backend: Backend, device: torch.device, reason: str) -> None:
-    key = triton_selftest.device_key(device)
+    key = triton_selftest.device_key(device) if device.type != "cpu" else "cpu"
     if key in _WARNED:
         return
     _WARNED.add(key)

@@ -28,7 +28,7 @@ from ..presets import Preset
 from . import cpu
 from .triton import backend as triton_backend
 
-__all__ = ["Backend", "Support", "CONCRETE", "AUTO_ORDER", "parse_backend", "supports", "native"]
+__all__ = ["Backend", "Support", "CONCRETE", "AUTO_ORDER", "CORE", "parse_backend", "supports", "native"]
 
 
 class Backend(enum.Enum):
@@ -47,6 +47,10 @@ AUTO_ORDER: dict[str, tuple[Backend, ...]] = {
     "cpu": (Backend.CPU, Backend.REFERENCE),
     "cuda": (Backend.TRITON, Backend.REFERENCE),
 }
+#: Backends that a plain ``pip install mmaemu`` provides (numba is a core dependency): when ``auto`` cannot
+#: use one, it says so once per device with a BackendFallbackWarning. Triton is an extra: without it
+#: ``auto`` falls back silently.
+CORE: frozenset[Backend] = frozenset({Backend.REFERENCE, Backend.CPU})
 
 
 def parse_backend(name: str | Backend) -> Backend:
