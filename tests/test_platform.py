@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import warnings
 
 import numpy as np
@@ -239,3 +240,26 @@ def test_live_query_source(monkeypatch: pytest.MonkeyPatch) -> None:
     assert (d.parts, d.scheme, d.source) == (3, Scheme.PAIRWISE, SplitSource.LIVE_QUERY)
     d = quiet("hopper", problem(16, 256, 128))
     assert (d.parts, d.scheme, d.source) == (3, Scheme.CONTIGUOUS, SplitSource.LIVE_QUERY)
+
+
+def test_an_undecided_shape_says_what_is_known_and_what_to_do(capsys: pytest.CaptureFixture[str]) -> None:
+    """SplitKUnknownError names the nearest decided shapes (really decided by the table), the explain
+    command for the shape, when splitk=1 is justified, and how a recording settles it."""
+    from mmaemu.cli import main
+    from mmaemu.platforms.splitk import SplitSource
+
+    p = problem(32, 48, 64, fast=False)
+    with pytest.raises(mmaemu.SplitKUnknownError) as info:
+        resolve_splitk(get_profile("hopper"), p)
+    message = str(info.value)
+    near = re.findall(r"(\d+) x (\d+) x (\d+): S = (\d+)", message)
+    assert len(near) == 3
+    for m, n, k, s in near:
+        d = quiet("hopper", problem(int(m), int(n), int(k), fast=False))
+        assert (d.parts, d.source) == (int(s), SplitSource.TABLE)
+    command = re.search(r"python -m mmaemu (explain [^.]*)\.", message)
+    assert command is not None
+    assert main(command.group(1).split()) == 1  # the same call, refused, with the same reason
+    assert "SplitKUnknownError" in capsys.readouterr().out
+    assert "splitk=1 only if" in message and "python -m mmaemu record --out DIR" in message
+    assert "register_recording(DIR)" in message

@@ -33,7 +33,7 @@ from ..formats import Fp8Format, OutFormat
 from ..host import env_flag
 from . import cublaslt
 from .profiles import Profile, SplitFamily
-from .table import Setting, SplitTable
+from .table import Setting, SplitTable, unpack_key
 
 __all__ = [
     "Problem",
@@ -45,6 +45,7 @@ __all__ = [
     "scheme_for",
     "live_query",
     "splitk_strict",
+    "nearest_decided",
 ]
 
 
@@ -248,12 +249,50 @@ def _decide(profile: Profile, problem: Problem) -> SplitDecision:
         inferred = _envelope(profile, problem, table)
         if inferred is not None:
             return inferred
-    schemes = " or ".join(f'(S, "{s.value}")' for s in profile.schemes)
+    raise SplitKUnknownError(_unknown_message(profile, problem, table))
+
+
+def nearest_decided(table: SplitTable, setting: Setting, m: int, n: int, k: int,
+                    count: int = 3) -> list[tuple[int, int, int, int]]:
+    """The ``count`` recorded shapes of ``setting`` nearest to (M, N, K), as ``(M, N, K, S)``.
+
+    Nearness is the Euclidean distance between the shapes' log2 (M, N, K): a shape twice as large in
+    one dimension is as near as one half as large. Ties keep the table's order.
+    """
+    lo, hi = int(table.setting_start[setting.code]), int(table.setting_start[setting.code + 1])
+    if hi == lo:
+        return []
+    rm, rn, rk = unpack_key(table.key[lo:hi])
+    want = np.log2(np.maximum([m, n, k], 1)).astype(np.float64)
+    got = np.log2(np.maximum(np.stack([rm, rn, rk], 1), 1).astype(np.float64))
+    order = np.argsort(((got - want) ** 2).sum(1), kind="stable")[:count]
+    return [(int(rm[i]), int(rn[i]), int(rk[i]), int(table.S[lo + i])) for i in order]
+
+
+def _unknown_message(profile: Profile, problem: Problem, table: SplitTable | None) -> str:
+    """What SplitKUnknownError says: what is unknown, what is known nearby, and what to do."""
     where = f"the {profile.gpu}" if profile.table_id else f"profile {profile.name!r} (it has no split-K table)"
-    raise SplitKUnknownError(
-        f"no recorded evidence decides whether {where} splits K for M, N, K = {problem.m}, {problem.n}, {problem.k} "
-        f"({problem.fmt_a.short_name} x {problem.fmt_b.short_name} -> {problem.out.dtype_name}, "
-        f"use_fast_accum={problem.fast}) under profile {profile.name!r}. Run mmaemu.explain(...) to see what is "
-        f"known; pass splitk=1 only if you know the reference GPU did not split this call, or its known split as "
-        f"splitk={schemes}."
+    call = (f"M, N, K = {problem.m}, {problem.n}, {problem.k} ({problem.fmt_a.short_name} x "
+            f"{problem.fmt_b.short_name} -> {problem.out.dtype_name}, use_fast_accum={problem.fast})")
+    lines = [f"no recorded evidence decides whether {where} splits K for {call} under profile {profile.name!r}."]
+    if table is not None:
+        near = nearest_decided(table, problem.setting(profile.workspace_bytes), problem.m, problem.n, problem.k)
+        if near:
+            shown = "; ".join(f"{m} x {n} x {k}: S = {s}" for m, n, k, s in near)
+            lines.append(f"Nearest shapes the {profile.gpu.removeprefix('NVIDIA ')} table decides (M x N x K): {shown}.")
+    fmt = f"{problem.fmt_a.short_name},{problem.fmt_b.short_name}"
+    lines.append(
+        f"See what is known: python -m mmaemu explain {problem.m} {problem.n} {problem.k} --out "
+        f"{problem.out.dtype_name} --fmt {fmt}{' --fast' if problem.fast else ''} --profile {profile.name}."
     )
+    schemes = " or ".join(f'(S, "{s.value}")' for s in profile.schemes)
+    lines.append(
+        "Pass splitk=1 only if you know the reference GPU did not split this call (you recorded it, or it ran "
+        f"without a cuBLAS workspace: a '-ws0' profile), or its known split as splitk={schemes}."
+    )
+    gpu = f"the {profile.gpu} (cuBLASLt {profile.cublaslt})" if profile.table_id else "the GPU this profile stands for"
+    lines.append(
+        f"To settle it, run python -m mmaemu record --out DIR on {gpu} and load the recording with "
+        "mmaemu.recording.register_recording(DIR)."
+    )
+    return " ".join(lines)
