@@ -130,10 +130,14 @@ def supports(backend: Backend | str, preset: Preset | None, dtypes: Iterable[tor
     whether the backend is usable).
 
     Raises:
-        ValueError: ``backend`` is not a backend name.
+        ValueError: ``backend`` is not a backend name, or ``device`` is not a torch device.
+        TypeError: ``backend`` is neither a string nor a :class:`Backend`.
     """
     chosen = parse_backend(backend)
-    where = torch.device(device)
+    try:
+        where = torch.device(device)
+    except (RuntimeError, TypeError, ValueError) as exc:
+        raise ValueError(f"device={device!r} is not a torch device ({str(exc).splitlines()[0]})") from None
     bad = [d for d in dtypes if d not in FP8_DTYPES]
     if bad:
         return Support(chosen, False, False, f"operands must be FP8 (float8_e4m3fn or float8_e5m2), not {bad[0]}")
