@@ -142,8 +142,16 @@ class EmulatedFP8Linear(torch.nn.Module):
     is quantised on a CPU that flushes subnormals to zero. At each call: TypeError for an
     activation that is not bf16, fp16 or fp32, and what :func:`mmaemu.scaled_mm` raises:
     ``ReferenceRejectsError`` when K or N is not a multiple of 16, ``SplitKUnknownError``,
-    ``BackendUnavailableError``, and ``UnsupportedFeatureError`` for an input requiring grad
-    with grad mode on (run under ``torch.inference_mode()``).
+    ``BackendUnavailableError``, and ``UnsupportedFeatureError`` with grad mode on, for a
+    delayed-scaling layer (any input) and for an input requiring grad (run under
+    ``torch.inference_mode()`` or ``torch.no_grad()``).
+
+    [Note: grad mode and delayed scaling. Transformer Engine 2.x updates the delayed-scaling
+    scales (amax history, then ``scale = fp8_max / amax``) when the outermost ``fp8_autocast``
+    region exits with ``torch.is_grad_enabled()``; Evo 2's vortex wraps every projection call in
+    its own region, so under grad mode each call changes the next call's scale. With grad mode
+    off the stored scales stay as loaded, which is what this layer computes. Evidence: TE's
+    ``FP8GlobalStateManager.fp8_autocast_exit`` (v2.2 and later); not recorded on hardware.]
 
     Example:
         >>> import torch, mmaemu
@@ -385,10 +393,20 @@ class EmulatedFP8Linear(torch.nn.Module):
                 rounded to fp32 first, which no TE run does).
             ValueError: a 0-dimensional ``x``.
             MmaemuError: on the CPU, when the CPU flushes subnormals to zero.
-            ReferenceRejectsError, SplitKUnknownError, UnsupportedFeatureError: as
-                :func:`mmaemu.scaled_mm` (for example a last dimension that is not K).
+            UnsupportedFeatureError: grad mode is on and the layer has a stored input scale
+                (delayed scaling; see the class's note), or as :func:`mmaemu.scaled_mm`.
+            ReferenceRejectsError, SplitKUnknownError: as :func:`mmaemu.scaled_mm` (for
+                example a last dimension that is not K).
         """
         x = self._check_activation(x)
+        if self.recipe is ScalingRecipe.DELAYED and torch.is_grad_enabled():
+            raise UnsupportedFeatureError(
+                "EmulatedFP8Linear with a stored input_scale (delayed scaling) runs with grad mode off: with grad "
+                "mode on, Transformer Engine updates a delayed-scaling layer's scales from its amax history when "
+                "each forward's fp8_autocast region exits, so its second call would no longer use the stored "
+                "scale, and this layer keeps it frozen (as TE does at inference). Run the model under "
+                "torch.inference_mode() or torch.no_grad(), or use current scaling (input_scale=None)"
+            )
         xq, x_scale_inv = self.quantize_input(x)
         rows = xq.reshape(-1, x.shape[-1])
         y = ops.scaled_mm(

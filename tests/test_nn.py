@@ -130,12 +130,34 @@ def test_refusals() -> None:
         EmulatedFP8Linear(w, weight_scale=1.0, input_scale=1.0, profile="h100")
     layer = EmulatedFP8Linear(w, weight_scale=1.0, input_scale=1.0)
     x = torch.randn(16, K, requires_grad=True)
-    with pytest.raises(mmaemu.UnsupportedFeatureError, match="inference-only"):
+    with pytest.raises(mmaemu.UnsupportedFeatureError, match="grad mode"):
         layer(x)
     with pytest.raises(TypeError):
         layer(x.detach().to(E4M3))
-    with pytest.raises(mmaemu.ReferenceRejectsError, match="divisible by 16"):
+    current = EmulatedFP8Linear(w, weight_scale=1.0, input_scale=None)
+    with pytest.raises(mmaemu.UnsupportedFeatureError, match="inference-only"):
+        current(x)
+    with torch.inference_mode(), pytest.raises(mmaemu.ReferenceRejectsError, match="divisible by 16"):
         EmulatedFP8Linear(torch.randn(N, 40), weight_scale=1.0, input_scale=1.0, splitk=1)(torch.randn(16, 40))
+
+
+def test_delayed_scaling_is_refused_under_grad_mode() -> None:
+    """TE updates a delayed-scaling layer's scales after each forward under grad mode (the scale
+    this layer keeps frozen): any input is refused then, even one that needs no grad; with grad
+    mode off (no_grad or inference_mode) the same call runs, with the same bits either way."""
+    w = torch.randn(N, K, generator=torch.Generator().manual_seed(5))
+    x = torch.randn(16, K, generator=torch.Generator().manual_seed(6))
+    delayed = EmulatedFP8Linear(w, weight_scale=64.0, input_scale=32.0, splitk=1)
+    assert torch.is_grad_enabled() and not x.requires_grad
+    with pytest.raises(mmaemu.UnsupportedFeatureError, match="inference_mode"):
+        delayed(x)
+    with torch.no_grad():
+        a = delayed(x)
+    with torch.inference_mode():
+        b = delayed(x)
+    assert_bitwise_equal(a, b)
+    current = EmulatedFP8Linear(w, weight_scale=64.0, input_scale=None, splitk=1)  # no stored state: allowed
+    current(x)
 
 
 # ---- quantisation -------------------------------------------------------------------------
