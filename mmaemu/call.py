@@ -146,7 +146,7 @@ def accumulate(
         )
     split = parsed
     _check_preset_supports(prof.preset, fast, split)
-    chosen = resolve_backend(parse_backend(backend), a.device)
+    chosen = resolve_backend(parse_backend(backend), a.device, prof.preset)
     require(chosen, a.device, prof.preset)
     if a.device.type == "cpu":
         check_cpu_subnormals()
@@ -230,7 +230,7 @@ def _prepare(
     prof = get_profile(profile)
     parse_splitk(splitk)  # invalid values raise ValueError here
     device = mat1.device if isinstance(mat1, torch.Tensor) else torch.device("cpu")
-    chosen = resolve_backend(parse_backend(backend), device)
+    chosen = resolve_backend(parse_backend(backend), device, prof.preset)
     checked = check_call(mat1, mat2, scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum, out,
                          resize_out=False)
     require(chosen, device, prof.preset)

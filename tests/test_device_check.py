@@ -32,7 +32,10 @@ def test_dry_run_writes_the_report(tmp_path: Path) -> None:
     assert report["dry_run"] is True
     assert {"torch", "triton", "cublaslt", "gpu", "driver"} <= set(report["versions"])
     assert report["selftest"]["passed"]
-    assert [r["status"] for r in report["exactness"]] == ["exact"] * 3
+    assert [r["status"] for r in report["exactness"]] == ["exact"] * 8  # 3 cases, then the 5 dry edges
+    edges = [r["case"] for r in report["exactness"][3:]]
+    assert [e.split(":")[0] for e in edges] == ["N % 16 != 0 (N = 50)", "N = 1", "M = 1", "M = N = 1",
+                                                "custom preset B=8, F=11"]
     timing = report["timing"]
     assert [r["shape"] for r in timing] == [list(s) for s in _load().DRY_TIMED_SHAPES]
     for row in timing:

@@ -25,6 +25,7 @@ from mmaemu.backends.triton import selftest as triton_selftest
 from mmaemu.backends.triton.selftest import KernelResult, SelfTestReport
 from mmaemu.cli import main
 from mmaemu.errors import BackendFallbackWarning, BackendUnavailableError
+from mmaemu.presets import Preset
 
 REPO = Path(__file__).resolve().parents[1]
 HAVE_TRITON = triton_backend.available()[0]
@@ -34,8 +35,8 @@ CUDA0 = torch.device("cuda", 0)
 
 def _failed_report(key: str) -> SelfTestReport:
     return SelfTestReport(key, (
-        KernelResult("chain_gemm[B=32,F=13]", True, "6 problems bit-exact"),
-        KernelResult("chain_gemm[B=16,F=13]", False, "case 'x': 3 of 144 outputs differ from the reference backend"),
+        KernelResult("chain_gemm[B=32,F=13] tile 64x64/8w", True, "6 problems bit-exact"),
+        KernelResult("chain_gemm[B=16,F=13] tile 64x64/8w", False, "case 'x': 3 of 144 outputs differ from the reference backend"),
     ))
 
 
@@ -43,6 +44,7 @@ def _failed_report(key: str) -> SelfTestReport:
 def clean_state(monkeypatch: pytest.MonkeyPatch) -> None:
     """Isolate the self-test cache and the once-per-device warning set."""
     monkeypatch.setattr(triton_selftest, "_REPORTS", dict(triton_selftest._REPORTS))
+    monkeypatch.setattr(triton_selftest, "_VARIANTS", dict(triton_selftest._VARIANTS))
     monkeypatch.setattr(backends, "_WARNED", set())
 
 
@@ -52,7 +54,8 @@ def test_selftest_passes_in_the_interpreter_and_is_cached() -> None:
         pytest.skip("kernels compiled for a GPU")
     report = triton_selftest.selftest("cpu")
     assert report.passed, report.summary()
-    assert [k.kernel for k in report.kernels] == ["chain_gemm[B=32,F=13]", "chain_gemm[B=16,F=13]"]
+    assert [k.kernel for k in report.kernels] == ["chain_gemm[B=32,F=13] tile 64x64/1w",
+                                                  "chain_gemm[B=16,F=13] tile 64x64/1w"]
     assert report.summary() == "all 2 kernels passed"
     assert triton_selftest.selftest(torch.device("cpu")) is report  # once per device and process
     assert triton_selftest.cached_report(torch.device("cpu")) is report
@@ -72,16 +75,48 @@ def test_a_broken_kernel_fails_the_selftest(monkeypatch: pytest.MonkeyPatch, cle
     report = triton_selftest.selftest("cpu", refresh=True)
     assert not report.passed
     (bad,) = report.failed()
-    assert bad.kernel == "chain_gemm[B=16,F=13]"
+    assert bad.kernel == "chain_gemm[B=16,F=13] tile 64x64/1w"
     assert "outputs differ from the reference backend" in bad.reason and "expected 0x" in bad.reason
     assert "chain_gemm[B=16,F=13]" in report.summary()
+
+
+@needs_triton
+def test_a_registered_presets_kernel_is_selftested_on_first_use(monkeypatch: pytest.MonkeyPatch,
+                                                                 clean_state: None) -> None:
+    """A preset with another (B, F) runs a kernel variant the device-level self-test never ran: it is
+    self-tested on its first call there, once; a failure makes backend='triton' raise and names it."""
+    if not triton_backend.interpreting():  # pragma: no cover
+        pytest.skip("kernels compiled for a GPU")
+    custom = Preset("custom-b8-f9", block_size=8, frac_bits=9)
+    runs: list[str] = []
+    real = triton_selftest._check_kernel
+
+    def counting(preset: Preset, device: torch.device) -> KernelResult:
+        runs.append(preset.name)
+        return real(preset, device)
+
+    monkeypatch.setattr(triton_selftest, "_check_kernel", counting)
+    triton_selftest.selftest("cpu")
+    runs.clear()
+    result = triton_selftest.selftest_kernel("cpu", custom)
+    assert result.passed and result.kernel == "chain_gemm[B=8,F=9] tile 64x64/1w", result
+    assert triton_selftest.selftest_kernel("cpu", custom) is result and runs == ["custom-b8-f9"]  # cached
+    assert triton_selftest.selftest_kernel("cpu", mmaemu.presets.HOPPER).passed and runs == ["custom-b8-f9"]
+
+    broken = Preset("custom-b8-f10", block_size=8, frac_bits=10)
+    monkeypatch.setattr(triton_selftest, "_check_kernel",
+                        lambda preset, device: KernelResult(triton_selftest.variant_name(preset, device), False, "x"))
+    assert backends._selftest_failure(Backend.TRITON, torch.device("cpu"), broken) is not None
+    with pytest.raises(BackendUnavailableError, match=r"chain_gemm\[B=8,F=10\] tile 64x64/1w failed: x"):
+        backends.require(Backend.TRITON, torch.device("cpu"), broken)
+    assert backends._selftest_failure(Backend.TRITON, torch.device("cpu"), custom) is None
 
 
 def test_auto_routes_cuda_tensors_to_triton_when_the_selftest_passed(
     monkeypatch: pytest.MonkeyPatch, clean_state: None
 ) -> None:
     monkeypatch.setattr(triton_backend, "available", lambda device=None: (True, "triton test"))
-    ok = SelfTestReport("cuda:0", (KernelResult("chain_gemm[B=32,F=13]", True, "fine"),))
+    ok = SelfTestReport("cuda:0", (KernelResult("chain_gemm[B=32,F=13] tile 64x64/8w", True, "fine"),))
     triton_selftest._REPORTS["cuda:0"] = ok
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -120,7 +155,7 @@ def test_explicit_triton_raises_when_the_selftest_failed(clean_state: None) -> N
         pytest.skip("kernels compiled for a GPU")
     triton_selftest._REPORTS["cpu"] = _failed_report("cpu")
     a = torch.ones(2, 32).to(torch.float8_e4m3fn)
-    with pytest.raises(BackendUnavailableError, match=r"chain_gemm\[B=16,F=13\] failed: case 'x'"):
+    with pytest.raises(BackendUnavailableError, match=r"chain_gemm\[B=16,F=13\] tile 64x64/8w failed: case 'x'"):
         mmaemu.accumulate(a, a, use_fast_accum=True, backend="triton")
 
 

@@ -114,6 +114,34 @@ def test_edge_tiles(config: TileConfig) -> None:
     check(a[:1], b[:1], ADA, True, NONE, config)  # M = N = 1
 
 
+def test_tile_configs_cuda_would_refuse_are_refused_at_construction() -> None:
+    for bad in ((48, 64, 4), (64, 64, 3), (64, 64, 64), (0, 64, 4), (2048, 64, 4)):
+        with pytest.raises(ValueError, match="power of two"):
+            TileConfig(*bad)
+    with pytest.raises(TypeError):
+        TileConfig(64, 64, 4.0)  # type: ignore[arg-type]
+    assert TileConfig(1, 1024, 32).num_warps == 32
+
+
+def test_every_tile_is_launched_on_one_grid_axis_on_the_operands_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One grid axis (CUDA caps the others at 65,535 programs: N > 4,194,240 failed with 64-wide tiles),
+    each program mapping to its (row, column) tile; the launch runs under the operands' device."""
+    entered: list[torch.device] = []
+    real = triton_backend._on_device
+
+    def recording(device: torch.device):  # type: ignore[no-untyped-def]
+        entered.append(device)
+        return real(device)
+
+    monkeypatch.setattr(triton_backend, "_on_device", recording)
+    a, b = adversarial_codes(5, 64, "e4m3", 41), adversarial_codes(70, 64, "e5m2", 42)
+    check(a, b, HOPPER, True, NONE, TileConfig(2, 8, 1))  # 3 x 9 tiles, the last row and column cut
+    assert entered == [torch.device("cpu")]
+    monkeypatch.setattr(triton_backend, "MAX_PROGRAMS", 26)
+    with pytest.raises(ValueError, match="27 tiles of 2 x 8"):
+        accumulate(a, b, HOPPER, plan_accumulation(64, fast=True, split=NONE), TileConfig(2, 8, 1))
+
+
 def _codes(rows: list[list[int]], fmt: str) -> torch.Tensor:
     return torch.tensor(rows, dtype=torch.uint8).view(FMT[fmt])
 

@@ -8,9 +8,11 @@ On a machine with an NVIDIA GPU (in well under 8 minutes), it
 
 1. prints the GPU, driver, torch, CUDA, Triton and cuBLASLt versions;
 2. runs the Triton backend's self-test on the GPU;
-3. checks the Triton kernels bit for bit against the reference backend running on the same GPU,
-   at several shapes: both presets, all three format pairs, fast and slow accumulation, K not a
-   multiple of 128, every split scheme (S = 2..4), and the timed shapes (8192^3 on a row slice);
+3. checks the Triton kernels' fp32 accumulators bit for bit against the reference backend running
+   on the same GPU, at several shapes: both presets, all three format pairs, fast and slow
+   accumulation, K not a multiple of 128, every split scheme (S = 2..4), N not a multiple of 16,
+   N = 1, M = 1, a custom preset, M * K > 2**31, a second GPU when present, and the timed shapes
+   (8192^3 on a row slice);
 4. times the Triton kernels (CUDA events, after warm-up, median of many runs) and native
    ``torch._scaled_mm`` (E4M3, bf16 output, fast accumulation) at M, N, K = 2048, 5760, 1920 and
    8192, 8192, 8192, in TMAC/s and as a ratio, plus a few tile configurations at the first shape;
@@ -169,6 +171,58 @@ def check_exactness(device: Any, dry: bool, budget: Budget, max_cases: int | Non
     return rows
 
 
+def check_edges(device: Any, dry: bool, budget: Budget) -> list[dict[str, Any]]:
+    """Edges a GEMM shape can reach and the timed shapes do not: N not a multiple of 16, N = 1, M = 1,
+    a preset no shipped profile uses (its own kernel variant, self-tested on first use), offsets past
+    2**31 (M * K > 2**31, checked on the last rows), and a second GPU when there is one. fp32
+    accumulators against the reference backend on the same device, bit for bit."""
+    import torch
+
+    from mmaemu.accumulation import Scheme, SplitK, plan_accumulation
+    from mmaemu.backends import reference
+    from mmaemu.backends.triton.backend import accumulate
+    from mmaemu.backends.triton.selftest import selftest_kernel
+    from mmaemu.presets import HOPPER, Preset
+
+    custom = Preset("device-check-b8-f11", block_size=8, frac_bits=11)
+    k = 144 if dry else 1936
+    cases: list[tuple[str, Any, int, int, int, Any]] = [
+        ("N % 16 != 0 (N = 50)", HOPPER, 33, 50, k, device),
+        ("N = 1", HOPPER, 40, 1, k, device),
+        ("M = 1", HOPPER, 1, 72, k, device),
+        ("M = N = 1", HOPPER, 1, 1, k, device),
+        ("custom preset B=8, F=11", custom, 40, 48, k, device),
+    ]
+    if not dry:
+        rows_big = 2**31 // 1936 + 64  # M * K > 2**31: int64 offsets, checked on the last 64 rows
+        cases.append(("M * K > 2**31", HOPPER, rows_big, 16, 1936, device))
+        if device.type == "cuda" and torch.cuda.device_count() > 1:
+            cases.append(("second GPU (cuda:1)", HOPPER, 64, 80, k, torch.device("cuda", 1)))
+    out: list[dict[str, Any]] = []
+    for i, (label, preset, m, n, kk, dev) in enumerate(cases):
+        if not budget.ok(30.0 if not dry else 2.0):
+            out.append({"case": label, "status": "skipped (budget)"})
+            continue
+        try:
+            if preset is custom:
+                result = selftest_kernel(dev, custom)
+                if not result.passed:
+                    out.append({"case": label, "status": f"self-test failed: {result.reason}"})
+                    continue
+            a = _codes(m, kk, "e4m3", 700 + i, dev) if m * kk < 2**28 else _random_e4m3(m, kk, 700 + i, dev)
+            b = _codes(n, kk, "e5m2" if i % 2 else "e4m3", 900 + i, dev)
+            plan = plan_accumulation(kk, fast=True, split=SplitK(1, Scheme.NONE))
+            got = accumulate(a, b, preset, plan)
+            tail = slice(max(m - 64, 0), m)
+            want = reference.accumulate(a[tail], b, preset, plan)
+            differ = int((got[tail].view(torch.int32) != want.view(torch.int32)).sum())
+            out.append({"case": f"{label}: M,N,K={m},{n},{kk}",
+                        "status": "exact" if differ == 0 else f"{differ} outputs differ"})
+        except Exception as exc:  # noqa: BLE001 - a crash is a finding, reported with the case
+            out.append({"case": label, "status": f"{type(exc).__name__}: {str(exc)[:300]}"})
+    return out
+
+
 def _timer(device: Any) -> Callable[[Callable[[], Any], int, int], float]:
     """Median seconds of ``runs`` calls after ``warmup`` calls (CUDA events on GPUs)."""
     import torch
@@ -217,13 +271,12 @@ def time_shapes(device: Any, dry: bool, budget: Budget) -> list[dict[str, Any]]:
             continue
         x, w = _random_e4m3(m, k, 1, device), _random_e4m3(n, k, 2, device)
         plan = plan_accumulation(k, fast=True, split=SplitK(1, Scheme.NONE))
-        # bits first: the full scaled_mm result, against the reference on the same device
-        got = mmaemu.scaled_mm(x, w.t(), one, one, out_dtype=torch.bfloat16, use_fast_accum=True, splitk=1,
-                               backend="triton")
+        # bits first: the fp32 accumulators (before the bf16 rounding, which would hide a difference
+        # in the low bits), against the reference on the same device
+        got = accumulate(x, w, HOPPER, plan)
         check_rows = m if m * n * k <= 3e10 else 256  # 8192^3: a row slice (the reference is slow)
-        want = mmaemu.scaled_mm(x[:check_rows], w.t(), one, one, out_dtype=torch.bfloat16, use_fast_accum=True,
-                                splitk=1, backend="reference")
-        differ = int((got[:check_rows].view(torch.int16) != want.view(torch.int16)).sum())
+        want = reference.accumulate(x[:check_rows], w, HOPPER, plan)
+        differ = int((got[:check_rows].view(torch.int32) != want.view(torch.int32)).sum())
         row["checked_rows"] = check_rows
         row["exact"] = differ == 0
         row["differing_outputs"] = differ
@@ -342,6 +395,7 @@ def run(argv: list[str] | None = None) -> int:
     print(f"self-test: {st.summary()} ({report['selftest']['seconds']:.1f} s)", flush=True)
     if st.passed:
         report["exactness"] = check_exactness(device, args.dry_run, budget, args.max_cases)
+        report["exactness"] += check_edges(device, args.dry_run, budget)
         print(f"exactness: {sum(r['status'] == 'exact' for r in report['exactness'])} of "
               f"{len(report['exactness'])} exact ({budget.elapsed():.0f} s)", flush=True)
         report["timing"] = time_shapes(device, args.dry_run, budget)

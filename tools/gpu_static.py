@@ -176,7 +176,7 @@ def _tool(name: str) -> str:
 
 SIGNATURE = {"va_ptr": "*fp32", "ea_ptr": "*i8", "vb_ptr": "*fp32", "eb_ptr": "*i8", "out_ptr": "*fp32",
              "chain_ptr": "*i32", "part_ptr": "*i32", "order_ptr": "*i32", "role_ptr": "*i32",
-             "M": "i32", "N": "i32", "n_parts": "i32", "BLOCK": "constexpr", "FRAC": "constexpr",
+             "M": "i32", "N": "i32", "n_parts": "i32", "tiles_n": "i32", "BLOCK": "constexpr", "FRAC": "constexpr",
              "BLOCK_M": "constexpr", "BLOCK_N": "constexpr"}
 
 

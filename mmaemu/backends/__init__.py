@@ -38,21 +38,29 @@ __all__ = [
 AccumulateFn = Callable[[torch.Tensor, torch.Tensor, Preset, AccumulationPlan], torch.Tensor]
 
 
-def _selftest_failure(backend: Backend, device: torch.device) -> str | None:
+def _selftest_failure(backend: Backend, device: torch.device, preset: Preset | None = None) -> str | None:
     """Why ``backend``'s kernels may not be used on ``device`` (its self-test failed there), or None.
 
     The Triton kernels run their self-test once per device and process before first use there (CUDA
-    devices, and the CPU under Triton's interpreter).
+    devices, and the CPU under Triton's interpreter): the shipped presets' variants first, then the
+    variant of ``preset`` (a fitted or registered one) on its first use.
     """
     if backend is not Backend.TRITON:
         return None
     report = triton_selftest.selftest(device)
-    return None if report.passed else f"self-test failed on {report.device}: {report.summary()}"
+    if not report.passed:
+        return f"self-test failed on {report.device}: {report.summary()}"
+    if preset is not None:
+        result = triton_selftest.selftest_kernel(device, preset)
+        if not result.passed:
+            return f"self-test failed on {report.device}: kernel {result.kernel} failed: {result.reason}"
+    return None
 
 
-def resolve_backend(name: str | Backend, device: torch.device) -> Backend:
+def resolve_backend(name: str | Backend, device: torch.device, preset: Preset | None = None) -> Backend:
     """The concrete backend for ``name`` on ``device``: ``auto`` takes the first of
-    :data:`~mmaemu.backends.capabilities.AUTO_ORDER` that supports the call (and passed its self-test).
+    :data:`~mmaemu.backends.capabilities.AUTO_ORDER` that supports the call (and passed its
+    self-test, for ``preset``'s kernel variant too when given).
 
     Raises:
         ValueError: for an unknown name; the message lists the accepted ones.
@@ -69,7 +77,7 @@ def resolve_backend(name: str | Backend, device: torch.device) -> Backend:
                 _warn_fallback_once(candidate, device, f"is unavailable: {support.reason} (numba is a dependency of "
                                                        "mmaemu: pip install numba, or reinstall mmaemu)")
             continue
-        failure = _selftest_failure(candidate, device)
+        failure = _selftest_failure(candidate, device, preset)
         if failure is None:
             return candidate
         _warn_fallback_once(candidate, device, failure)
@@ -86,7 +94,7 @@ def require(backend: Backend, device: torch.device, preset: Preset) -> None:
     support = supports(backend, preset, (), device)
     if not support.usable:
         raise BackendUnavailableError(f"backend {backend.value!r} is unavailable: {support.reason}; {instead}")
-    failure = _selftest_failure(backend, device)
+    failure = _selftest_failure(backend, device, preset)
     if failure is not None:
         raise BackendUnavailableError(f"backend {backend.value!r} {failure}; {instead}")
 

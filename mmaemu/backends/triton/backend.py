@@ -38,10 +38,12 @@ self-test of :mod:`mmaemu.backends.triton.selftest` must pass there (the dispatc
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 from dataclasses import dataclass
 from types import ModuleType
+from typing import Any
 
 import torch
 
@@ -82,6 +84,21 @@ class TileConfig:
     block_m: int
     block_n: int
     num_warps: int
+
+    def __post_init__(self) -> None:
+        for field, value, top in (("block_m", self.block_m, MAX_TILE), ("block_n", self.block_n, MAX_TILE),
+                                  ("num_warps", self.num_warps, MAX_WARPS)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"TileConfig.{field} must be an int, got {type(value).__name__}")
+            if value < 1 or value > top or value & (value - 1):
+                raise ValueError(f"TileConfig.{field} must be a power of two from 1 to {top}, got {value} "
+                                 "(Triton's tiles are powers of two; CUDA allows 1,024 threads, 32 warps, per block)")
+
+
+#: Largest tile side: a power of two Triton can hold (registers bound it far earlier).
+MAX_TILE = 1024
+#: Largest warp count per program: CUDA's 1,024 threads per block.
+MAX_WARPS = 32
 
 
 #: Default on GPUs: 16 outputs per thread, no reductions across threads; for sm_90 ptxas reports 149
@@ -171,6 +188,15 @@ def _tables(device: torch.device) -> dict[torch.dtype, tuple[torch.Tensor, torch
     return out
 
 
+#: CUDA's limit on the x dimension of a grid.
+MAX_PROGRAMS = 2**31 - 1
+
+
+def _on_device(device: torch.device) -> Any:
+    """A context that makes ``device`` current for a launch (CUDA devices; a no-op otherwise)."""
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+
+
 _TABLE_CACHE: dict[torch.device, dict[torch.dtype, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]] = {}
 
 
@@ -239,12 +265,19 @@ def accumulate(
     order_t = meta[n_chains + 2 + n_parts : n_chains + 2 + 2 * n_parts]
     role_t = meta[n_chains + 2 + 2 * n_parts :]
     out = torch.empty((m, n), dtype=torch.float32, device=a.device)
-    grid = ((m + cfg.block_m - 1) // cfg.block_m, (n + cfg.block_n - 1) // cfg.block_n)
-    kernels.chain_gemm_kernel[grid](
-        va, ea, vb, eb, out, chain_t, part_t, order_t, role_t, m, n, n_parts,
-        BLOCK=preset.block_size, FRAC=preset.frac_bits, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-        num_warps=cfg.num_warps, enable_fp_fusion=False,
-    )
+    tiles_n = (n + cfg.block_n - 1) // cfg.block_n
+    programs = (m + cfg.block_m - 1) // cfg.block_m * tiles_n
+    if programs > MAX_PROGRAMS:
+        raise ValueError(f"{m} x {n} outputs need {programs} tiles of {cfg.block_m} x {cfg.block_n}, more than "
+                         f"CUDA's grid holds ({MAX_PROGRAMS}); use a larger TileConfig")
+    # one grid axis (CUDA allows 2**31 - 1 programs there, 65,535 on the others), launched on the
+    # operands' device, not the current one
+    with _on_device(a.device):
+        kernels.chain_gemm_kernel[(programs,)](
+            va, ea, vb, eb, out, chain_t, part_t, order_t, role_t, m, n, n_parts, tiles_n,
+            BLOCK=preset.block_size, FRAC=preset.frac_bits, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+            num_warps=cfg.num_warps, enable_fp_fusion=False,
+        )
     if a_inf or b_inf:  # Inf codes were zeros in the kernel: their outputs follow IEEE
         reference.recompute_infinite(out, a, b, preset, plan)
     return out

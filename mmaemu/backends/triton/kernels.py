@@ -41,8 +41,8 @@ if triton is not None:
     E_MIN = tl.constexpr(-100)
     E_MAX = tl.constexpr(100)
 
-    # M and n_parts vary freely between calls: not specialising on them keeps the compiled variants few.
-    @triton.jit(do_not_specialize=["M", "n_parts"])
+    # M, n_parts and tiles_n vary freely between calls: not specialising on them keeps the variants few.
+    @triton.jit(do_not_specialize=["M", "n_parts", "tiles_n"])
     def chain_gemm_kernel(
         va_ptr,  # fp32 [KP, M]: values of a, k-major, k in the plan's order
         ea_ptr,  # int8 [KP, M]: exponents of a (ZERO_EXP for zero codes)
@@ -56,13 +56,15 @@ if triton is not None:
         M,
         N,
         n_parts,
+        tiles_n,  # output tiles along N: the one grid axis holds every tile, row-major
         BLOCK: tl.constexpr,
         FRAC: tl.constexpr,
         BLOCK_M: tl.constexpr,
         BLOCK_N: tl.constexpr,
     ):
-        pid_m = tl.program_id(0)
-        pid_n = tl.program_id(1)
+        pid = tl.program_id(0)
+        pid_m = pid // tiles_n
+        pid_n = pid % tiles_n
         rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         mask_m = rm < M

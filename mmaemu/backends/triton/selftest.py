@@ -1,10 +1,13 @@
-"""The Triton backend's self-test: small fixed problems, once per device and process.
+"""The Triton backend's self-test: small fixed problems, once per device, kernel variant and process.
 
-Each kernel specialisation (one per preset: the block size and fraction bits are compile-time
-constants) runs a fixed set of small problems on the device, with data that stresses the model:
+Each kernel variant (the preset's block size and fraction bits, and the launch tile, are
+compile-time constants) runs a fixed set of small problems on the device the first time a call
+uses it there: the shipped presets' variants when a device is first used, a fitted or registered
+preset's variant on its first call, with data that stresses the model:
 truncation boundaries (a few large products beside many small ones), exact cancellation,
 subnormal operands, the largest exponents, zero blocks, K not a multiple of 16, 32 or 128, output
-tiles cut by the matrix edge, fast and slow accumulation and every split scheme. The expected bits
+tiles cut by the matrix edge, M = 1, N = 1 and N not a multiple of 16, fast and slow accumulation
+and every split scheme. The expected bits
 come from the reference backend on the CPU. A kernel that fails is not used on that device:
 ``backend="auto"`` falls back to the reference backend, and ``backend="triton"`` raises
 :class:`~mmaemu.errors.BackendUnavailableError` naming the kernel and the reason.
@@ -21,10 +24,10 @@ import torch
 from ...accumulation import Scheme, SplitK, plan_accumulation
 from ...presets import ADA, HOPPER, Preset
 from .. import reference
-from .backend import accumulate, available, kernel_name
+from .backend import GPU_CONFIG, INTERPRETER_CONFIG, accumulate, available, expresses, interpreting, kernel_name
 
 __all__ = ["KernelResult", "SelfTestReport", "SelfTestCase", "CASES", "KERNEL_PRESETS", "adversarial_codes",
-           "selftest", "cached_report", "device_key"]
+           "selftest", "selftest_kernel", "variant_name", "cached_report", "device_key"]
 
 #: The presets whose kernel specialisations the self-test checks (the shipped validated ones).
 KERNEL_PRESETS: tuple[Preset, ...] = (HOPPER, ADA)
@@ -57,6 +60,10 @@ CASES: tuple[SelfTestCase, ...] = (
                  SplitK(3, Scheme.PAIRWISE), 4),
     SelfTestCase("e4m3 x e5m2, fast, 2 serial parts", 9, 16, 208, "e4m3", "e5m2", True, SplitK(2, Scheme.SERIAL), 5),
     SelfTestCase("e4m3 x e4m3, fast, edge tiles, K=16", 70, 80, 16, "e4m3", "e4m3", True, SplitK(1, Scheme.NONE), 6),
+    SelfTestCase("e4m3 x e4m3, fast, M=1, N=50", 1, 50, 96, "e4m3", "e4m3", True, SplitK(1, Scheme.NONE), 7),
+    SelfTestCase("e5m2 x e4m3, slow, N=1", 21, 1, 160, "e5m2", "e4m3", False, SplitK(1, Scheme.NONE), 8),
+    SelfTestCase("e4m3 x e5m2, fast, M=N=1, 2 serial parts", 1, 1, 48, "e4m3", "e5m2", True,
+                 SplitK(2, Scheme.SERIAL), 9),
 )
 
 
@@ -136,8 +143,14 @@ def _operands(case: SelfTestCase) -> tuple[torch.Tensor, torch.Tensor]:
     return a, b
 
 
+def variant_name(preset: Preset, device: torch.device) -> str:
+    """The kernel variant a call with ``preset`` runs on ``device``: specialisation and launch tile."""
+    tile = INTERPRETER_CONFIG if device.type == "cpu" or interpreting() else GPU_CONFIG
+    return f"{kernel_name(preset)} tile {tile.block_m}x{tile.block_n}/{tile.num_warps}w"
+
+
 def _check_kernel(preset: Preset, device: torch.device) -> KernelResult:
-    name = kernel_name(preset)
+    name = variant_name(preset, device)
     for case in CASES:
         a, b = _operands(case)
         plan = plan_accumulation(case.k, fast=case.fast, split=case.split)
@@ -170,6 +183,7 @@ def device_key(device: torch.device) -> str:
 
 
 _REPORTS: dict[str, SelfTestReport] = {}
+_VARIANTS: dict[tuple[str, str], KernelResult] = {}
 
 
 def cached_report(device: torch.device) -> SelfTestReport | None:
@@ -192,10 +206,36 @@ def selftest(device: torch.device | str, *, refresh: bool = False) -> SelfTestRe
     key = device_key(dev)
     if not refresh and key in _REPORTS:
         return _REPORTS[key]
-    usable, reason = available(dev)
-    if not usable:
-        report = SelfTestReport(key, tuple(KernelResult(kernel_name(p), False, reason) for p in KERNEL_PRESETS))
-    else:
-        report = SelfTestReport(key, tuple(_check_kernel(p, torch.device(key)) for p in KERNEL_PRESETS))
+    report = SelfTestReport(key, tuple(selftest_kernel(dev, p, refresh=refresh) for p in KERNEL_PRESETS))
     _REPORTS[key] = report
     return report
+
+
+def selftest_kernel(device: torch.device | str, preset: Preset, *, refresh: bool = False) -> KernelResult:
+    """Run (once per device, kernel variant and process; cached) the self-test of the kernel variant
+    that runs ``preset`` on ``device``.
+
+    A preset the kernel does not express (it runs on the reference backend whole) passes without a
+    run. A result in the device's cached report (:func:`selftest`) is reused.
+
+    Returns:
+        The result; never raises for a failing kernel.
+    """
+    dev = torch.device(device)
+    key = device_key(dev)
+    target = torch.device(key)
+    name = variant_name(preset, target)
+    if not expresses(preset):
+        return KernelResult(name, True, "not expressed by the kernel: the reference backend runs it")
+    if not refresh:
+        if (key, name) in _VARIANTS:
+            return _VARIANTS[(key, name)]
+        cached = _REPORTS.get(key)
+        if cached is not None:
+            for k in cached.kernels:
+                if k.kernel == name:
+                    return k
+    usable, reason = available(target)
+    result = _check_kernel(preset, target) if usable else KernelResult(name, False, reason)
+    _VARIANTS[(key, name)] = result
+    return result
