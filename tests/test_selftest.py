@@ -54,8 +54,8 @@ def test_selftest_passes_in_the_interpreter_and_is_cached() -> None:
         pytest.skip("kernels compiled for a GPU")
     report = triton_selftest.selftest("cpu")
     assert report.passed, report.summary()
-    assert [k.kernel for k in report.kernels] == ["chain_gemm[B=32,F=13] tile 64x64/1w",
-                                                  "chain_gemm[B=16,F=13] tile 64x64/1w"]
+    assert [k.kernel for k in report.kernels] == ["chain_gemm_rz[B=32,F=13] tile 64x64/1w",
+                                                  "chain_gemm_rz[B=16,F=13] tile 64x64/1w"]
     assert report.summary() == "all 2 kernels passed"
     assert triton_selftest.selftest(torch.device("cpu")) is report  # once per device and process
     assert triton_selftest.cached_report(torch.device("cpu")) is report
@@ -75,9 +75,9 @@ def test_a_broken_kernel_fails_the_selftest(monkeypatch: pytest.MonkeyPatch, cle
     report = triton_selftest.selftest("cpu", refresh=True)
     assert not report.passed
     (bad,) = report.failed()
-    assert bad.kernel == "chain_gemm[B=16,F=13] tile 64x64/1w"
+    assert bad.kernel == "chain_gemm_rz[B=16,F=13] tile 64x64/1w"
     assert "outputs differ from the reference backend" in bad.reason and "expected 0x" in bad.reason
-    assert "chain_gemm[B=16,F=13]" in report.summary()
+    assert "chain_gemm_rz[B=16,F=13]" in report.summary()
 
 
 @needs_triton
@@ -99,7 +99,7 @@ def test_a_registered_presets_kernel_is_selftested_on_first_use(monkeypatch: pyt
     triton_selftest.selftest("cpu")
     runs.clear()
     result = triton_selftest.selftest_kernel("cpu", custom)
-    assert result.passed and result.kernel == "chain_gemm[B=8,F=9] tile 64x64/1w", result
+    assert result.passed and result.kernel == "chain_gemm_rz[B=8,F=9] tile 64x64/1w", result
     assert triton_selftest.selftest_kernel("cpu", custom) is result and runs == ["custom-b8-f9"]  # cached
     assert triton_selftest.selftest_kernel("cpu", mmaemu.presets.HOPPER).passed and runs == ["custom-b8-f9"]
 
@@ -107,7 +107,7 @@ def test_a_registered_presets_kernel_is_selftested_on_first_use(monkeypatch: pyt
     monkeypatch.setattr(triton_selftest, "_check_kernel",
                         lambda preset, device: KernelResult(triton_selftest.variant_name(preset, device), False, "x"))
     assert backends._selftest_failure(Backend.TRITON, torch.device("cpu"), broken) is not None
-    with pytest.raises(BackendUnavailableError, match=r"chain_gemm\[B=8,F=10\] tile 64x64/1w failed: x"):
+    with pytest.raises(BackendUnavailableError, match=r"chain_gemm_rz\[B=8,F=10\] tile 64x64/1w failed: x"):
         backends.require(Backend.TRITON, torch.device("cpu"), broken)
     assert backends._selftest_failure(Backend.TRITON, torch.device("cpu"), custom) is None
 

@@ -29,7 +29,7 @@ from conftest import FULL  # noqa: E402
 from mmaemu.accumulation import Scheme, SplitK, plan_accumulation  # noqa: E402
 from mmaemu.backends import reference  # noqa: E402
 from mmaemu.backends.triton import backend as triton_backend  # noqa: E402
-from mmaemu.backends.triton.backend import TileConfig, accumulate  # noqa: E402
+from mmaemu.backends.triton.backend import Formulation, TileConfig, accumulate  # noqa: E402
 from mmaemu.backends.triton.selftest import adversarial_codes  # noqa: E402
 from mmaemu.presets import ADA, B200_MMA_SYNC, HOPPER  # noqa: E402
 from mmaemu.testing import assert_bitwise_equal  # noqa: E402
@@ -38,6 +38,26 @@ if not triton_backend.interpreting():  # pragma: no cover - the kernels were imp
     pytest.skip("the Triton kernels were compiled for a GPU, not the interpreter", allow_module_level=True)
 
 PRESETS = {"hopper": HOPPER, "ada": ADA}
+
+#: Test functions that also run the first formulation (fp32 -> int32 truncation) in CI; --full runs
+#: every test with both.
+CONVERT_IN_CI = frozenset({
+    "test_presets_formats_and_accumulation", "test_every_split_scheme", "test_short_and_padded_blocks",
+    "test_edge_tiles", "test_truncation_boundaries_and_cancellation", "test_against_the_slow_model",
+    "test_outputs_meeting_inf_codes_are_recomputed_by_the_reference", "test_random_wide_range",
+    "test_fraction_bits_with_all_zero_blocks", "test_zero_sizes",
+})
+
+
+@pytest.fixture(autouse=True, params=[Formulation.RZ, Formulation.CONVERT], ids=["rz", "convert"])
+def formulation(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Formulation:
+    """Every test runs the second formulation (the default: round-toward-zero fmas, here their exact
+    twin); the first (fp32 -> int32 truncation) runs on CONVERT_IN_CI, and on everything with --full."""
+    name = getattr(request.node, "originalname", request.node.name)
+    if request.param is Formulation.CONVERT and not FULL and name not in CONVERT_IN_CI:
+        pytest.skip("the convert formulation runs this test with --full")
+    monkeypatch.setattr(triton_backend, "FORMULATION", request.param)
+    return request.param
 PAIRS = [("e4m3", "e4m3"), ("e4m3", "e5m2"), ("e5m2", "e4m3")]
 FMT = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
 NONE = SplitK(1, Scheme.NONE)
@@ -252,28 +272,35 @@ def test_scaled_mm_with_an_explicit_split() -> None:
 
 _COMPILE = r"""
 import re, sys
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
-from mmaemu.backends.triton import kernels as K
-sig = {"va_ptr": "*fp32", "ea_ptr": "*i8", "vb_ptr": "*fp32", "eb_ptr": "*i8", "out_ptr": "*fp32",
-       "chain_ptr": "*i32", "part_ptr": "*i32", "order_ptr": "*i32", "M": "i32", "N": "i32", "n_parts": "i32",
-       "BLOCK": "constexpr", "FRAC": "constexpr", "BLOCK_M": "constexpr", "BLOCK_N": "constexpr"}
-for block in (32, 16):
-    src = ASTSource(K.chain_gemm_kernel, sig, constexprs={"BLOCK": block, "FRAC": 13, "BLOCK_M": 64, "BLOCK_N": 64})
-    try:
-        ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 8, "enable_fp_fusion": False}).asm["ptx"]
-    except Exception as exc:
-        print("NO-COMPILER", type(exc).__name__, exc)
-        sys.exit(0)
-    body = "\n".join(l for l in ptx.splitlines() if not l.strip().startswith("//"))
-    print(block, len(re.findall(r"\bfma\.", body)), len(re.findall(r"\b(mma|wgmma)\b", body)),
-          len(re.findall(r"cvt\.rzi\.s32\.f32", body)), len(re.findall(r"\bshfl\.", body)))
+sys.path.insert(0, "tools")
+import gpu_static as gs
+for kernel in ("chain_gemm", "chain_gemm_rz"):
+    for block in (32, 16):
+        v = gs.Variant("t", block, 13, 64, 64, 8, kernel)
+        import triton
+        from triton.backends.compiler import GPUTarget
+        from triton.compiler import ASTSource
+        from mmaemu.backends.triton import kernels as K
+        if kernel == "chain_gemm":
+            src = ASTSource(K.chain_gemm_kernel, gs.SIGNATURE,
+                            constexprs={"BLOCK": block, "FRAC": 13, "BLOCK_M": 64, "BLOCK_N": 64})
+        else:
+            src = ASTSource(K.chain_gemm_rz_kernel, gs.SIGNATURE_RZ,
+                            constexprs={"BLOCK": block, "FRAC": 13, "BLOCK_M": 64, "BLOCK_N": 64, "NATIVE_RZ": True,
+                                        "ONE_CHAIN": False})
+        ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                             options={"num_warps": 8, "enable_fp_fusion": False}).asm["ptx"]
+        body = "\n".join(l for l in ptx.splitlines() if not l.strip().startswith("//"))
+        print(kernel, block, len(re.findall(r"\bfma\.rn", body)), len(re.findall(r"\bfma\.rz", body)),
+              len(re.findall(r"\b(mma|wgmma)\b", body)), len(re.findall(r"cvt\.rzi\.s32\.f32", body)),
+              len(re.findall(r"\bshfl\.", body)))
 """
 
 
 def test_the_gpu_compilation_is_exact_by_construction() -> None:
-    """Compile for sm_90 on the CPU (Triton ships ptxas): no FMA, no tensor-core MMA, truncating cvt."""
+    """Compile both formulations for sm_90 on the CPU (Triton ships ptxas): no contracted (round-to-
+    nearest) FMA and no tensor-core MMA in either; the first truncates with the fp32 -> int32
+    conversion, the second with round-toward-zero fmas and no conversion."""
     import subprocess
     import sys
     from pathlib import Path
@@ -282,13 +309,15 @@ def test_the_gpu_compilation_is_exact_by_construction() -> None:
     done = subprocess.run([sys.executable, "-c", _COMPILE], cwd=Path(__file__).resolve().parents[1], env=env,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    if "NO-COMPILER" in done.stdout:
-        pytest.skip(f"this Triton cannot compile for sm_90 here: {done.stdout.strip()[:200]}")
     rows = [line.split() for line in done.stdout.split("\n") if line.strip()]
-    assert [r[0] for r in rows] == ["32", "16"]
-    for _, fma, mma, cvt, shfl in rows:
-        assert (int(fma), int(mma), int(shfl)) == (0, 0, 0)
-        assert int(cvt) > 0
+    assert [(r[0], r[1]) for r in rows] == [("chain_gemm", "32"), ("chain_gemm", "16"), ("chain_gemm_rz", "32"),
+                                            ("chain_gemm_rz", "16")]
+    for kernel, _, fma_rn, fma_rz, mma, cvt, shfl in rows:
+        assert (int(fma_rn), int(mma), int(shfl)) == (0, 0, 0), kernel
+        if kernel == "chain_gemm":
+            assert int(cvt) > 0 and int(fma_rz) == 0
+        else:
+            assert int(cvt) == 0 and int(fma_rz) >= 4  # c's entry and the three per product
 
 
 @pytest.mark.parametrize("s,fast", [(5, False), (11, True), (20, True)] + ([(32, False)] if FULL else []))

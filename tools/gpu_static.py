@@ -10,8 +10,9 @@ For every kernel variant (each preset the Triton backend expresses, with the lau
 plus a sweep of tiles for hopper) and every target (sm_80, sm_86, sm_89, sm_90, sm_100, sm_120) it
 
 1. compiles the kernel with Triton for that target (no GPU needed: Triton's own ptxas);
-2. reads registers, stack and local (spill) bytes with ``cuobjdump -res-usage`` and disassembles the
-   cubin with ``nvdisasm``, both shipped in Triton's wheel;
+2. reads registers and the stack frame (spilled registers: the kernels hold no local arrays) with
+   ``cuobjdump -res-usage``, and disassembles the cubin with ``nvdisasm``, both shipped in Triton's
+   wheel;
 3. finds the loops (backward branches): the innermost loops iterate once per k step, their
    enclosing loop once per block of B products (asserted: one enclosing loop);
 4. counts the SASS instructions of one k step of one thread by class (the opcode without its
@@ -139,10 +140,16 @@ class Variant:
     block_m: int
     block_n: int
     num_warps: int
+    kernel: str = "chain_gemm_rz"
+    #: the specialisation for one part of one chain (fast accumulation without a split: the shape of
+    #: the estimate); the general one carries the split-K combination state.
+    one_chain: bool = True
 
     @property
     def name(self) -> str:
-        return f"{self.preset}[B={self.block},F={self.frac}] {self.block_m}x{self.block_n}/{self.num_warps}w"
+        chain = "" if self.kernel != "chain_gemm_rz" else (" one-chain" if self.one_chain else " general")
+        return (f"{self.kernel}{chain} {self.preset}[B={self.block},F={self.frac}] "
+                f"{self.block_m}x{self.block_n}/{self.num_warps}w")
 
     @property
     def macs_per_thread_per_k(self) -> float:
@@ -151,20 +158,31 @@ class Variant:
 
 def variants(tile_sweep: bool = True) -> list[Variant]:
     """The backend's variants (each expressed preset, its default GPU tile), then the tile sweep."""
-    from mmaemu.backends.triton.backend import GPU_CONFIG, expresses
+    from mmaemu.backends.triton.backend import (
+        GPU_CONFIG,
+        RZ_GENERAL_GPU_CONFIG,
+        RZ_GPU_CONFIG,
+        expresses,
+        rz_expresses,
+    )
     from mmaemu.presets import presets
 
     out = []
     for name, preset in sorted(presets().items()):
         if expresses(preset):
-            out.append(Variant(name, preset.block_size, preset.frac_bits, GPU_CONFIG.block_m, GPU_CONFIG.block_n,
-                               GPU_CONFIG.num_warps))
+            rz = rz_expresses(preset)
+            for one_chain in ((True, False) if rz else (True,)):
+                cfg = (RZ_GPU_CONFIG if one_chain else RZ_GENERAL_GPU_CONFIG) if rz else GPU_CONFIG
+                out.append(Variant(name, preset.block_size, preset.frac_bits, cfg.block_m, cfg.block_n,
+                                   cfg.num_warps, "chain_gemm_rz" if rz else "chain_gemm", one_chain))
     if tile_sweep:
         hopper = presets()["hopper"]
-        for bm, bn, w in ((32, 64, 4), (64, 64, 4), (64, 128, 8), (128, 64, 8), (128, 128, 8)):
-            v = Variant("hopper", hopper.block_size, hopper.frac_bits, bm, bn, w)
-            if v not in out:
-                out.append(v)
+        for kernel in ("chain_gemm_rz", "chain_gemm"):
+            for bm, bn, w in ((64, 64, 8), (32, 64, 4), (64, 64, 4), (128, 32, 4), (64, 128, 8), (128, 64, 4),
+                              (128, 64, 8), (128, 128, 8)):
+                v = Variant("hopper", hopper.block_size, hopper.frac_bits, bm, bn, w, kernel)
+                if v not in out:
+                    out.append(v)
     return out
 
 
@@ -180,6 +198,14 @@ SIGNATURE = {"va_ptr": "*fp32", "ea_ptr": "*i8", "vb_ptr": "*fp32", "eb_ptr": "*
              "BLOCK_M": "constexpr", "BLOCK_N": "constexpr"}
 
 
+SIGNATURE_RZ = {"ap_ptr": "*fp32", "an_ptr": "*fp32", "ea_ptr": "*i32", "bp_ptr": "*fp32", "bn_ptr": "*fp32",
+                "eb_ptr": "*i32", "out_ptr": "*fp32", "chain_ptr": "*i32", "part_ptr": "*i32", "order_ptr": "*i32",
+                "role_ptr": "*i32", "M": "i32", "N": "i32", "MP": "i32", "NP": "i32", "n_parts": "i32",
+                "tiles_n": "i32", "BLOCK": "constexpr", "FRAC": "constexpr", "BLOCK_M": "constexpr",
+                "BLOCK_N": "constexpr", "NATIVE_RZ": "constexpr",
+                "ONE_CHAIN": "constexpr"}
+
+
 def compile_variant(v: Variant, capability: int) -> bytes:
     """The cubin of ``v`` for compute capability ``capability`` (as the backend launches it)."""
     import triton
@@ -188,8 +214,12 @@ def compile_variant(v: Variant, capability: int) -> bytes:
 
     from mmaemu.backends.triton import kernels
 
-    src = ASTSource(fn=kernels.chain_gemm_kernel, signature=SIGNATURE,
-                    constexprs={"BLOCK": v.block, "FRAC": v.frac, "BLOCK_M": v.block_m, "BLOCK_N": v.block_n})
+    constexprs: dict[str, Any] = {"BLOCK": v.block, "FRAC": v.frac, "BLOCK_M": v.block_m, "BLOCK_N": v.block_n}
+    if v.kernel == "chain_gemm_rz":
+        src = ASTSource(fn=kernels.chain_gemm_rz_kernel, signature=SIGNATURE_RZ,
+                        constexprs={**constexprs, "NATIVE_RZ": True, "ONE_CHAIN": v.one_chain})
+    else:
+        src = ASTSource(fn=kernels.chain_gemm_kernel, signature=SIGNATURE, constexprs=constexprs)
     compiled = triton.compile(src, target=GPUTarget("cuda", capability, 32),
                               options={"num_warps": v.num_warps, "enable_fp_fusion": False})
     return bytes(compiled.asm["cubin"])
@@ -290,7 +320,8 @@ def resources(cubin: Path) -> dict[str, int]:
     if m is None:
         raise RuntimeError(f"cuobjdump -res-usage gave no resource line: {out!r}")
     reg, stack, shared, local = (int(x) for x in m.groups())
-    return {"registers": reg, "stack_bytes": stack, "shared_bytes": shared, "spill_bytes": local}
+    # the kernels hold no local arrays and make no calls: their stack frame is spilled registers
+    return {"registers": reg, "spill_bytes": stack + local, "shared_bytes": shared}
 
 
 # ---- estimates -------------------------------------------------------------------------------
@@ -357,20 +388,29 @@ def analyse(targets: list[str], tile_sweep: bool = True) -> dict[str, Any]:
                                 "macs_per_clock_per_sm": round(mpc, 2), "bound": bound, "loops": shape}
             report["variants"][variant.name] = rows
     default = variants(tile_sweep=False)
-    hopper = next(v for v in default if v.preset == "hopper")
+    # what the backend launches for hopper E4M3 fast accumulation without a split
+    hopper = next(v for v in default if v.preset == "hopper" and v.one_chain)
     for target in targets:
         report["targets"][target] = report["variants"][hopper.name][target]
     report["targets_variant"] = hopper.name
-    for name, gpu in GPUS.items():
-        if gpu.target not in targets:
+    from mmaemu.backends.triton.backend import GPU_CONFIG
+
+    first = Variant("hopper", hopper.block, hopper.frac, GPU_CONFIG.block_m, GPU_CONFIG.block_n,
+                    GPU_CONFIG.num_warps, "chain_gemm")
+    report["estimates_convert"] = {}
+    for key, variant in (("estimates", hopper), ("estimates_convert", first)):
+        if variant.name not in report["variants"]:
             continue
-        row = report["variants"][hopper.name][gpu.target]
-        rates = RATES[TARGETS[gpu.target]]
-        fill = wave_fraction(hopper, row["registers"], gpu, rates)
-        tmacs = row["macs_per_clock_per_sm"] * gpu.sms * gpu.boost_mhz * 1e6 * fill / 1e12
-        report["estimates"][name] = {"tmacs": round(tmacs, 2), "target": gpu.target, "sms": gpu.sms,
-                                     "boost_mhz": gpu.boost_mhz, "wave_fill": round(fill, 3),
-                                     "bound": row["bound"]}
+        for name, gpu in GPUS.items():
+            if gpu.target not in targets:
+                continue
+            row = report["variants"][variant.name][gpu.target]
+            rates = RATES[TARGETS[gpu.target]]
+            fill = wave_fraction(variant, row["registers"], gpu, rates)
+            tmacs = row["macs_per_clock_per_sm"] * gpu.sms * gpu.boost_mhz * 1e6 * fill / 1e12
+            report[key][name] = {"tmacs": round(tmacs, 2), "target": gpu.target, "sms": gpu.sms,
+                                 "boost_mhz": gpu.boost_mhz, "wave_fill": round(fill, 3), "bound": row["bound"],
+                                 "variant": variant.name}
     return report
 
 

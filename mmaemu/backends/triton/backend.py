@@ -1,8 +1,9 @@
 """The Triton backend: the reference GPU's bits from exactly-defined GPU arithmetic, on any CUDA GPU.
 
-The arithmetic is the cpu backend's exact fp32/integer formulation (see
-:mod:`mmaemu.backends.triton.kernels` for why every operation is exactly defined), run by one
-Triton kernel per call: each program owns a ``BLOCK_M x BLOCK_N`` output tile and walks the
+The arithmetic is the model's, in one of two exactly-defined formulations (see
+:mod:`mmaemu.backends.triton.kernels`): round-toward-zero fmas into accumulators held in one binade
+(:data:`Formulation.RZ`, the default for presets :func:`rz_expresses`), or the cpu backend's
+fp32/integer formulation with the fp32 -> int32 conversion. One Triton kernel per call: each program owns a ``BLOCK_M x BLOCK_N`` output tile and walks the
 accumulation plan (parts in the order they are combined, chains, blocks of B products) with the
 accumulator ``c`` in registers. It never uses ``tl.dot``, so the host GPU's own tensor-core
 rounding never enters, and the bits do not depend on the GPU model.
@@ -39,6 +40,7 @@ self-test of :mod:`mmaemu.backends.triton.selftest` must pass there (the dispatc
 from __future__ import annotations
 
 import contextlib
+import enum
 import importlib
 import importlib.util
 from dataclasses import dataclass
@@ -58,7 +60,12 @@ __all__ = [
     "NAME",
     "TileConfig",
     "GPU_CONFIG",
+    "RZ_GPU_CONFIG",
+    "RZ_GENERAL_GPU_CONFIG",
     "INTERPRETER_CONFIG",
+    "Formulation",
+    "FORMULATION",
+    "rz_expresses",
     "available",
     "interpreting",
     "kernel_name",
@@ -101,9 +108,29 @@ MAX_TILE = 1024
 MAX_WARPS = 32
 
 
+class Formulation(enum.Enum):
+    """Which kernel computes an expressed preset."""
+
+    #: fp32 products scaled to the block's grid and truncated by the fp32 -> int32 conversion.
+    CONVERT = "convert"
+    #: round-toward-zero fma into accumulators held in one binade (no conversion; see
+    #: :func:`rz_expresses`); under the interpreter, an exact twin of the fma.
+    RZ = "rz"
+
+
+#: The formulation :func:`accumulate` uses (tests switch it to run both).
+FORMULATION = Formulation.RZ
+
 #: Default on GPUs: 16 outputs per thread, no reductions across threads; for sm_90 ptxas reports 149
 #: registers and no spills. Its speed is unmeasured.
 GPU_CONFIG = TileConfig(64, 64, 8)
+#: Default on GPUs for the second formulation: 64 outputs per thread, two accumulators each; chosen
+#: with tools/gpu_static.py (the fewest SASS instructions per multiply-accumulate without spills on
+#: sm_90, docs/data/gpu_static.json). Its speed is unmeasured.
+RZ_GPU_CONFIG = TileConfig(128, 64, 4)
+#: The same for the general specialisation (several chains or parts: slow accumulation, split-K),
+#: which also holds the combination state: the largest tile without spills.
+RZ_GENERAL_GPU_CONFIG = TileConfig(128, 32, 4)
 #: Default under the interpreter: large tiles mean few programs and few interpreted operations.
 INTERPRETER_CONFIG = TileConfig(64, 64, 1)
 
@@ -172,9 +199,18 @@ def expresses(preset: Preset) -> bool:
             and block_sum_exact_in_fp32(preset, with_c=True) and preset.block_size <= 64)
 
 
+def rz_expresses(preset: Preset) -> bool:
+    """Whether the second formulation (:func:`~mmaemu.backends.triton.kernels.chain_gemm_rz_kernel`,
+    no fp32 -> int32 conversion) computes ``preset``: as :func:`expresses`, and a block's terms and
+    ``c`` (each below 2**(F + 2) units of the block's grid) must sum below 2**22 units, so that its
+    accumulators stay in one binade."""
+    return expresses(preset) and (preset.block_size + 1) << (preset.frac_bits + 2) <= 1 << 22
+
+
 def kernel_name(preset: Preset) -> str:
     """The name of the kernel specialisation that runs ``preset`` (as the self-test reports it)."""
-    return f"chain_gemm[B={preset.block_size},F={preset.frac_bits}]"
+    kernel = "chain_gemm_rz" if FORMULATION is Formulation.RZ and rz_expresses(preset) else "chain_gemm"
+    return f"{kernel}[B={preset.block_size},F={preset.frac_bits}]"
 
 
 def _tables(device: torch.device) -> dict[torch.dtype, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
@@ -252,12 +288,17 @@ def accumulate(
     if m == 0 or n == 0 or plan.k == 0:
         return torch.zeros((m, n), dtype=torch.float32, device=a.device)
     flat = flatten_plan(plan)
+    if FORMULATION is Formulation.RZ and rz_expresses(preset):
+        one_chain = len(plan.parts) == 1 and len(flat.chain_starts) == 2
+        default = RZ_GPU_CONFIG if one_chain else RZ_GENERAL_GPU_CONFIG
+        cfg = config or (INTERPRETER_CONFIG if interpreting() else default)
+        return _accumulate_rz(a, b, preset, plan, flat, cfg)
+    cfg = config or (INTERPRETER_CONFIG if interpreting() else GPU_CONFIG)
     chain_starts, part_starts, order, role = flat.chain_starts, flat.part_chains, flat.order, flat.role
     perm = None if flat.identity else flat.k_order.to(a.device)
     va, ea, a_inf = _decode_k_major(a, perm)
     vb, eb, b_inf = _decode_k_major(b, perm)
     kernels = _kernels()
-    cfg = config or (INTERPRETER_CONFIG if interpreting() else GPU_CONFIG)
     meta = torch.tensor([*chain_starts, *part_starts, *order, *role], dtype=torch.int32, device=a.device)
     n_chains, n_parts = len(chain_starts) - 1, len(plan.parts)
     chain_t = meta[: n_chains + 1]
@@ -277,6 +318,100 @@ def accumulate(
             va, ea, vb, eb, out, chain_t, part_t, order_t, role_t, m, n, n_parts, tiles_n,
             BLOCK=preset.block_size, FRAC=preset.frac_bits, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
             num_warps=cfg.num_warps, enable_fp_fusion=False,
+        )
+    if a_inf or b_inf:  # Inf codes were zeros in the kernel: their outputs follow IEEE
+        reference.recompute_infinite(out, a, b, preset, plan)
+    return out
+
+
+_RZ_TABLE_CACHE: dict[torch.device, dict[torch.dtype, tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]] = {}
+
+
+def _rz_tables(device: torch.device) -> dict[torch.dtype, tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """Per FP8 dtype, by code (index 256: padding): max(v, 0), max(-v, 0) (fp32; 0 for NaN/Inf),
+    exponent (int32, ZERO_EXP for zeros, NaN, Inf and padding), Inf flag."""
+    tables = _RZ_TABLE_CACHE.get(device)
+    if tables is None:
+        tables = {}
+        for dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+            d = decode_fp8(torch.arange(256, dtype=torch.int32).to(torch.uint8).view(dtype))
+            zero = (d.value == 0) | d.is_nan | d.is_inf
+            exponent = torch.where(zero, torch.full_like(d.exponent, ZERO_EXP), d.exponent).to(torch.int32)
+            value = torch.where(zero, torch.zeros_like(d.value), d.value)
+            pad_f = torch.zeros(1, dtype=torch.float32)
+            tables[dtype] = (
+                torch.cat([value.clamp(min=0), pad_f]).to(device),
+                torch.cat([(-value).clamp(min=0), pad_f]).to(device),
+                torch.cat([exponent, torch.tensor([ZERO_EXP], dtype=torch.int32)]).to(device),
+                torch.cat([d.is_inf, torch.tensor([False])]).to(device),
+            )
+        _RZ_TABLE_CACHE[device] = tables
+    return tables
+
+
+def _padded_layout(chain_starts: list[int], block: int) -> tuple[list[int], torch.Tensor]:
+    """Each chain padded to a multiple of ``block``: the new chain starts, and for every padded position
+    the position in the plan's k order it holds (-1 for padding), int64."""
+    starts, pieces = [0], []
+    for lo, hi in zip(chain_starts[:-1], chain_starts[1:]):
+        padded = -(-(hi - lo) // block) * block
+        pieces.append(torch.arange(lo, hi, dtype=torch.int64))
+        pieces.append(torch.full((padded - (hi - lo),), -1, dtype=torch.int64))
+        starts.append(starts[-1] + padded)
+    return starts, torch.cat(pieces) if pieces else torch.zeros(0, dtype=torch.int64)
+
+
+def _decode_rz(x: torch.Tensor, k_index: torch.Tensor, rows: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, bool]:
+    """``[r, K]`` FP8 -> k-major ``[KP, rows]`` arrays (positive part, negative part, exponent) in the
+    padded plan order, rows padded to ``rows`` with zeros; and whether an Inf code occurs."""
+    pos_t, neg_t, exp_t, inf_t = _rz_tables(x.device)[x.dtype]
+    codes = x.view(torch.uint8).to(torch.int32)
+    r = codes.shape[0]
+    idx = torch.full((rows, k_index.numel()), 256, dtype=torch.int32, device=x.device)
+    valid = k_index >= 0
+    if r:
+        gathered = codes.index_select(1, k_index.clamp(min=0))
+        idx[:r] = torch.where(valid[None, :], gathered, torch.full_like(gathered, 256))
+    idx = idx.t().contiguous().flatten()
+    shape = (k_index.numel(), rows)
+    has_inf = bool(inf_t.index_select(0, idx).any())
+    return (pos_t.index_select(0, idx).view(shape), neg_t.index_select(0, idx).view(shape),
+            exp_t.index_select(0, idx).view(shape), has_inf)
+
+
+def _accumulate_rz(a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: AccumulationPlan, flat: Any,
+                   cfg: TileConfig) -> torch.Tensor:
+    """:func:`accumulate` with the second formulation (the caller checked :func:`rz_expresses`)."""
+    m, n = a.shape[0], b.shape[0]
+    n_parts = len(plan.parts)
+    starts, index = _padded_layout(list(flat.chain_starts), preset.block_size)
+    if not flat.identity:
+        k_order = flat.k_order.to(torch.int64)
+        index = torch.where(index >= 0, k_order[index.clamp(min=0)], index)
+    k_index = index.to(a.device)
+    mp = -(-m // cfg.block_m) * cfg.block_m
+    np_ = -(-n // cfg.block_n) * cfg.block_n
+    ap, an, ea, a_inf = _decode_rz(a, k_index, mp)
+    bp, bn, eb, b_inf = _decode_rz(b, k_index, np_)
+    part_starts, order_t, role = flat.part_chains, flat.order, flat.role
+    meta = torch.tensor([*starts, *part_starts, *order_t, *role], dtype=torch.int32, device=a.device)
+    n_chains = len(starts) - 1
+    chain_t = meta[: n_chains + 1]
+    part_t = meta[n_chains + 1 : n_chains + 2 + n_parts]
+    order_d = meta[n_chains + 2 + n_parts : n_chains + 2 + 2 * n_parts]
+    role_t = meta[n_chains + 2 + 2 * n_parts :]
+    out = torch.empty((m, n), dtype=torch.float32, device=a.device)
+    tiles_n = np_ // cfg.block_n
+    programs = mp // cfg.block_m * tiles_n
+    if programs > MAX_PROGRAMS:
+        raise ValueError(f"{m} x {n} outputs need {programs} tiles of {cfg.block_m} x {cfg.block_n}, more than "
+                         f"CUDA's grid holds ({MAX_PROGRAMS}); use a larger TileConfig")
+    with _on_device(a.device):
+        _kernels().chain_gemm_rz_kernel[(programs,)](
+            ap, an, ea, bp, bn, eb, out, chain_t, part_t, order_d, role_t, m, n, mp, np_, n_parts, tiles_n,
+            BLOCK=preset.block_size, FRAC=preset.frac_bits, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+            NATIVE_RZ=not interpreting(), ONE_CHAIN=n_parts == 1 and n_chains == 1, num_warps=cfg.num_warps,
+            enable_fp_fusion=False,
         )
     if a_inf or b_inf:  # Inf codes were zeros in the kernel: their outputs follow IEEE
         reference.recompute_infinite(out, a, b, preset, plan)

@@ -24,7 +24,21 @@ import torch
 from ...accumulation import Scheme, SplitK, plan_accumulation
 from ...presets import ADA, HOPPER, Preset
 from .. import reference
-from .backend import GPU_CONFIG, INTERPRETER_CONFIG, accumulate, available, expresses, interpreting, kernel_name
+from .backend import (
+    FORMULATION,
+    GPU_CONFIG,
+    INTERPRETER_CONFIG,
+    RZ_GENERAL_GPU_CONFIG,
+    RZ_GPU_CONFIG,
+    Formulation,
+    TileConfig,
+    accumulate,
+    available,
+    expresses,
+    interpreting,
+    kernel_name,
+    rz_expresses,
+)
 
 __all__ = ["KernelResult", "SelfTestReport", "SelfTestCase", "CASES", "KERNEL_PRESETS", "adversarial_codes",
            "selftest", "selftest_kernel", "variant_name", "cached_report", "device_key"]
@@ -145,8 +159,14 @@ def _operands(case: SelfTestCase) -> tuple[torch.Tensor, torch.Tensor]:
 
 def variant_name(preset: Preset, device: torch.device) -> str:
     """The kernel variant a call with ``preset`` runs on ``device``: specialisation and launch tile."""
-    tile = INTERPRETER_CONFIG if device.type == "cpu" or interpreting() else GPU_CONFIG
-    return f"{kernel_name(preset)} tile {tile.block_m}x{tile.block_n}/{tile.num_warps}w"
+    def tile(t: TileConfig) -> str:
+        return f"{t.block_m}x{t.block_n}/{t.num_warps}w"
+
+    if device.type == "cpu" or interpreting():
+        return f"{kernel_name(preset)} tile {tile(INTERPRETER_CONFIG)}"
+    if FORMULATION is Formulation.RZ and rz_expresses(preset):
+        return f"{kernel_name(preset)} tiles {tile(RZ_GPU_CONFIG)}, general {tile(RZ_GENERAL_GPU_CONFIG)}"
+    return f"{kernel_name(preset)} tile {tile(GPU_CONFIG)}"
 
 
 def _check_kernel(preset: Preset, device: torch.device) -> KernelResult:
