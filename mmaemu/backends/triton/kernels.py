@@ -45,6 +45,23 @@ if triton is not None:
     E_MIN = tl.constexpr(-100)
     E_MAX = tl.constexpr(100)
 
+    @triton.jit
+    def _exponent_of(c):
+        """E of the accumulator entering a block: its exponent when nonzero, else far below every
+        product's (so it never sets E)."""
+        c_bits = c.to(tl.int32, bitcast=True)
+        e_c = tl.maximum(((c_bits >> 23) & 0xFF) - 127, -126)
+        return tl.where((c_bits & 0x7FFFFFFF) != 0, e_c, 4 * ZERO_EXP)
+
+    @triton.jit
+    def _combine(q, role, part_total, held, total):
+        """One step of the split scheme's combination (accumulation.flat_combination), fp32 RNE: role 0
+        joins the total, 1 is held, 2 is added to the held one and the pair joins. Returns (held, total)."""
+        addend = tl.where(role == 2, held + part_total, part_total)
+        held = tl.where(role == 1, part_total, held)
+        total = tl.where(role == 1, total, tl.where(q == 0, addend, total + addend))
+        return held, total
+
     # M, n_parts and tiles_n vary freely between calls: not specialising on them keeps the variants few.
     @triton.jit(do_not_specialize=["M", "n_parts", "tiles_n"])
     def chain_gemm_kernel(
@@ -91,9 +108,7 @@ if triton is not None:
                 c = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
                 for b0 in range(k_start, k_stop, BLOCK):
                     # E: the largest exponent of the nonzero products and of c (when c != 0)
-                    c_bits = c.to(tl.int32, bitcast=True)
-                    e_c = tl.maximum(((c_bits >> 23) & 0xFF) - 127, -126)
-                    e_max = tl.where((c_bits & 0x7FFFFFFF) != 0, e_c, 4 * ZERO_EXP)
+                    e_max = _exponent_of(c)
                     # a loop, not tl.static_range: unrolled, the hoisted loads spill registers
                     for kk in range(0, BLOCK):
                         k = b0 + kk
@@ -116,10 +131,7 @@ if triton is not None:
                     unit = ((e_max - FRAC + 127) << 23).to(tl.float32, bitcast=True)  # 2**(E - F)
                     c = kept * unit
                 part_total = part_total + c  # fp32 RNE: chain results in K order, from +0
-            # the scheme's steps (accumulation.flat_combination), fp32 RNE
-            addend = tl.where(role == 2, held + part_total, part_total)
-            held = tl.where(role == 1, part_total, held)
-            total = tl.where(role == 1, total, tl.where(q == 0, addend, total + addend))
+            held, total = _combine(q, role, part_total, held, total)
         offs = rm.to(tl.int64)[:, None] * N + rn[None, :]
         tl.store(out_ptr + offs, total, mask=mask_m[:, None] & mask_n[None, :])
 
@@ -195,9 +207,7 @@ if triton is not None:
                 k_stop = tl.load(chain_ptr + ch + 1)
                 c = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
                 for b0 in range(k_start, k_stop, BLOCK):
-                    c_bits = c.to(tl.int32, bitcast=True)
-                    e_c = tl.maximum(((c_bits >> 23) & 0xFF) - 127, -126)
-                    e_max = tl.where((c_bits & 0x7FFFFFFF) != 0, e_c, 4 * ZERO_EXP)
+                    e_max = _exponent_of(c)
                     a_e = ea_ptr + tl.cast(b0, tl.int64) * MP + rm
                     b_e = eb_ptr + tl.cast(b0, tl.int64) * NP + rn
                     for kk in tl.range(0, BLOCK, loop_unroll_factor=1):  # one k per iteration
@@ -234,8 +244,6 @@ if triton is not None:
                 else:
                     part_total = part_total + c  # fp32 RNE: chain results in K order, from +0
             if not ONE_CHAIN:
-                addend = tl.where(role == 2, held + part_total, part_total)
-                held = tl.where(role == 1, part_total, held)
-                total = tl.where(role == 1, total, tl.where(q == 0, addend, total + addend))
+                held, total = _combine(q, role, part_total, held, total)
         offs = rm.to(tl.int64)[:, None] * N + rn[None, :]
         tl.store(out_ptr + offs, total, mask=(rm < M)[:, None] & (rn < N)[None, :])
