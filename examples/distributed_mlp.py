@@ -113,6 +113,13 @@ def check_rank(rank: int, world: int, profile: str, tokens: int, device: torch.d
             f"(emulate() and EmulatedFP8Linear); all_reduce equals the partials added by hand")
 
 
+def _say(line: str) -> None:
+    """One line in one write: the ranks share the launcher's stdout, and print() writes the text and
+    its newline separately, so two ranks' lines could run together."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profile", default="hopper")
@@ -131,10 +138,10 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if args.backend == "nccl" else torch.device("cpu")
     torch.set_num_threads(max(1, torch.get_num_threads() // world))
     try:
-        print(check_rank(rank, world, args.profile, args.tokens, device), flush=True)
+        _say(check_rank(rank, world, args.profile, args.tokens, device))
         status = 0
     except AssertionError as exc:
-        print(f"rank {rank}/{world}: FAILED: {exc}", flush=True)
+        _say(f"rank {rank}/{world}: FAILED: {exc}")
         status = 1
     flags = torch.tensor([status])
     dist.all_reduce(flags, op=dist.ReduceOp.MAX)
