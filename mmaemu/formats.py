@@ -1,6 +1,7 @@
 """Bit-level facts about the number formats mmaemu reads and writes.
 
-FP8 inputs (``torch.float8_e4m3fn``, ``torch.float8_e5m2``) are decoded into sign, exponent
+FP8 inputs (``torch.float8_e4m3fn``, ``torch.float8_e5m2``) and the wider tensor-core inputs of the
+zoo (:class:`WideFormat`: fp16, bf16, tf32) are decoded into sign, exponent
 (floored at the format's ``emin``, so subnormals keep ``emin``), integer significand and class
 (zero, finite, inf, NaN). Outputs (fp32, bf16, fp16, E4M3, E5M2) are described by
 :class:`OutFormat`, with the canonical NaN bit pattern an NVIDIA GPU writes for each.
@@ -34,6 +35,11 @@ __all__ = [
     "from_bits",
     "FP32_CANONICAL_NAN",
     "EXPONENT_OF_ZERO",
+    "WideFormat",
+    "WIDE_DTYPES",
+    "wide_format_of",
+    "decode_wide",
+    "nan_rows",
 ]
 
 #: fp32 canonical NaN written by NVIDIA GPUs (all mantissa bits set).
@@ -315,3 +321,126 @@ def dtype_from_name(name: str) -> torch.dtype:
         return FORMAT_NAMES[name.strip().lower()]
     except KeyError:
         raise ValueError(f"{name!r} is not a format; accepted: {', '.join(sorted(FORMAT_NAMES))}") from None
+
+
+class WideFormat(enum.Enum):
+    """The non-FP8 tensor-core input formats of the zoo (fp32 accumulation; fp16 also with fp16 accumulation).
+
+    The operands' dtype selects the format: ``torch.float16`` is fp16 (5 exponent bits, 10 fraction
+    bits, emin -14), ``torch.bfloat16`` is bf16 (8, 7, emin -126), and ``torch.float32`` holds tf32
+    values (8, 10, emin -126: an fp32 whose 13 low fraction bits are zero). All three have IEEE
+    infinities and NaNs and keep subnormals (exponent floored at emin).
+    """
+
+    FP16 = "fp16"
+    BF16 = "bf16"
+    TF32 = "tf32"
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The torch dtype holding the format (tf32 lives in ``torch.float32``)."""
+        return _WIDE_SPECS[self][0]
+
+    @property
+    def mantissa_bits(self) -> int:
+        """Stored fraction bits (fp16 10, bf16 7, tf32 10)."""
+        return _WIDE_SPECS[self][1]
+
+    @property
+    def emin(self) -> int:
+        """Smallest normal exponent; subnormals share it (fp16 -14, bf16 and tf32 -126)."""
+        return _WIDE_SPECS[self][2]
+
+    @property
+    def short_name(self) -> str:
+        """``"fp16"``, ``"bf16"`` or ``"tf32"``."""
+        return self.value
+
+
+_WIDE_SPECS: dict[WideFormat, tuple[torch.dtype, int, int]] = {
+    WideFormat.FP16: (torch.float16, 10, -14),
+    WideFormat.BF16: (torch.bfloat16, 7, -126),
+    WideFormat.TF32: (torch.float32, 10, -126),
+}
+#: The dtypes of the zoo's input formats, in :class:`WideFormat` order.
+WIDE_DTYPES: tuple[torch.dtype, ...] = tuple(f.dtype for f in WideFormat)
+_WIDE_BY_DTYPE = {f.dtype: f for f in WideFormat}
+#: The fp32 fraction bits that a tf32 value leaves zero.
+_TF32_LOW_BITS = (1 << 13) - 1
+
+
+def wide_format_of(x: torch.Tensor, name: str = "operand") -> WideFormat:
+    """The :class:`WideFormat` of a tensor, checking that a float32 tensor holds tf32 values.
+
+    Raises:
+        ValueError: the dtype is not float16, bfloat16 or float32, or a float32 tensor holds a value
+            that is not a tf32 value (one of its 13 low fraction bits set, NaN payloads included):
+            how the tensor cores treat those bits is not recorded. Round first, for example with
+            :func:`mmaemu.quantization.round_to_tf32`.
+    """
+    fmt = _WIDE_BY_DTYPE.get(x.dtype)
+    if fmt is None:
+        raise ValueError(f"{name} must be float16, bfloat16 or float32 holding tf32 values, got {x.dtype}")
+    if fmt is WideFormat.TF32 and x.numel():
+        low = (x.detach().view(torch.int32) & _TF32_LOW_BITS) != 0
+        if bool(low.any()):
+            count = int(low.sum())
+            raise ValueError(
+                f"{name} is float32, which mmaemu reads as tf32, but {count} of its values are not tf32 values "
+                "(their 13 low fraction bits are not zero; how the tensor cores treat those bits is not recorded). "
+                "Round them first: mmaemu.quantization.round_to_tf32(x)"
+            )
+    return fmt
+
+
+def decode_wide(x: torch.Tensor, fmt: WideFormat) -> DecodedFp8:
+    """Decode an fp16, bf16 or tf32 tensor like :func:`decode_fp8`, with values as float64.
+
+    float64 holds every value and every product of two values exactly (at most 22 significant
+    bits; bf16 and tf32 products reach 2**-266 and 2**256, outside fp32's range). Zeros get
+    :data:`EXPONENT_OF_ZERO`; NaN and Inf get value 0 and are flagged. ``significand`` is the
+    integer significand with the hidden bit, so ``|value| = significand * 2**(exponent - mantissa_bits)``.
+    """
+    x = x.detach()
+    if fmt is WideFormat.TF32:
+        bits = x.view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+        field = (bits >> 23) & 0xFF
+        frac = (bits >> 13) & 0x3FF
+        top, bias, sign_shift = 0xFF, 127, 31
+    elif fmt is WideFormat.BF16:
+        bits = x.view(torch.int16).to(torch.int64) & 0xFFFF
+        field = (bits >> 7) & 0xFF
+        frac = bits & 0x7F
+        top, bias, sign_shift = 0xFF, 127, 15
+    else:
+        bits = x.view(torch.int16).to(torch.int64) & 0xFFFF
+        field = (bits >> 10) & 0x1F
+        frac = bits & 0x3FF
+        top, bias, sign_shift = 0x1F, 15, 15
+    m = fmt.mantissa_bits
+    is_nan = (field == top) & (frac != 0)
+    is_inf = (field == top) & (frac == 0)
+    finite = ~(is_nan | is_inf)
+    significand = torch.where(field != 0, frac + (1 << m), frac)
+    significand = torch.where(finite, significand, torch.zeros_like(significand))
+    exponent = torch.clamp(field - bias, min=fmt.emin)
+    exponent = torch.where(significand != 0, exponent, torch.full_like(exponent, EXPONENT_OF_ZERO))
+    negative = ((bits >> sign_shift) & 1) == 1
+    value = torch.where(finite, x.to(torch.float64), torch.zeros((), dtype=torch.float64, device=x.device))
+    return DecodedFp8(
+        value=value,
+        exponent=exponent.to(torch.int16),
+        significand=significand.to(torch.int32),
+        negative=negative,
+        is_nan=is_nan,
+        is_inf=is_inf,
+    )
+
+
+def nan_rows(x: torch.Tensor) -> torch.Tensor:
+    """Whether each row (last dimension) of an FP8, fp16, bf16 or fp32 (tf32) tensor holds a NaN; False for empty rows."""
+    if x.dtype in FP8_DTYPES:
+        return fp8_nan_rows(x)
+    if x.shape[-1] == 0:
+        return torch.zeros(x.shape[:-1], dtype=torch.bool, device=x.device)
+    return torch.isnan(x).any(-1)

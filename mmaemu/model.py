@@ -29,9 +29,19 @@ from dataclasses import dataclass
 
 import torch
 
-from .formats import EXPONENT_OF_ZERO, OutFormat, decode_fp8, fp8_nan_rows, fp32_exponent
+from .formats import (
+    EXPONENT_OF_ZERO,
+    FP8_DTYPES,
+    WIDE_DTYPES,
+    OutFormat,
+    decode_fp8,
+    decode_wide,
+    fp32_exponent,
+    nan_rows,
+    wide_format_of,
+)
 from .host import check_cpu_subnormals
-from .presets import CMode, Preset, Rounding, get_preset
+from .presets import CMode, Preset, Rounding, instruction_preset
 
 __all__ = [
     "BlockOperands",
@@ -78,8 +88,12 @@ class BlockOperands:
 
     @staticmethod
     def of(x: torch.Tensor) -> BlockOperands:
-        """Decode an FP8 tensor."""
-        d = decode_fp8(x)
+        """Decode an FP8 tensor (values as fp32) or an fp16, bf16 or tf32 one (values as float64).
+
+        Raises:
+            ValueError: a float32 tensor that holds values other than tf32 values.
+        """
+        d = decode_fp8(x) if x.dtype in FP8_DTYPES else decode_wide(x, wide_format_of(x))
         return BlockOperands(
             value=d.value,
             exponent=d.exponent,
@@ -164,12 +178,15 @@ def _block_fma(
     """:func:`block_fma` without its checks (:func:`chain`'s callers make them once per call)."""
     frac = preset.frac_bits
     aligned = preset.c_mode is CMode.ALIGNED
+    wide = a.value.dtype == torch.float64  # fp16, bf16, tf32 operands: products need float64's range
+    half_acc = c.dtype == torch.float16
     # Step 1-2: product exponents and the block maximum over nonzero products.
     e = a.exponent + b.exponent  # zeros sit far below any real exponent
     e_products = e.amax(-1).to(torch.int32)
     c_nonzero = torch.isfinite(c) & (c != 0)
     if aligned:
-        e_c = torch.where(c_nonzero, fp32_exponent(c), torch.full_like(e_products, EXPONENT_OF_ZERO))
+        e_of_c = fp32_exponent(c) if not half_acc else torch.clamp(fp32_exponent(c), min=-14)
+        e_c = torch.where(c_nonzero, e_of_c, torch.full_like(e_products, EXPONENT_OF_ZERO))
         e_max = torch.maximum(e_products, e_c)
     else:
         e_max = e_products
@@ -177,10 +194,12 @@ def _block_fma(
     # fp32 (at most 8 significant bits, |p| in [2**-32, 2**32)); scaling by a power of two is
     # exact, and trunc() is truncation toward zero of the sign-magnitude value. Real product
     # exponents are >= -28, so the clamp only touches blocks without nonzero products.
-    e_unit = torch.clamp(e_max, min=-60) - frac  # the block's grid is 2**e_unit
+    # fp16, bf16 and tf32 products are exact in float64 (at most 22 bits, |p| in [2**-266, 2**256]).
+    work = torch.float64 if wide else torch.float32
+    e_unit = torch.clamp(e_max, min=-300 if wide else -60) - frac  # the block's grid is 2**e_unit
     products = a.value * b.value
-    terms = torch.trunc(products * pow2(-e_unit, torch.float32).unsqueeze(-1))
-    total = terms.sum(-1, dtype=_sum_dtype(preset)).to(torch.float64)
+    terms = torch.trunc(products * pow2(-e_unit, work).unsqueeze(-1))
+    total = terms.sum(-1, dtype=torch.float64 if wide else _sum_dtype(preset)).to(torch.float64)
     if aligned:
         # The accumulator term, in float64 (24 significant bits times a power of two: exact).
         # Without products, E is c's exponent (>= -126), so e_unit is exact there too.
@@ -188,6 +207,10 @@ def _block_fma(
         c_safe = torch.where(c_nonzero, c, torch.zeros_like(c)).to(torch.float64)
         total = total + torch.trunc(c_safe * pow2(-e_unit, torch.float64))
     # Step 4: normalise the exact sum total * 2**e_unit.
+    if half_acc:
+        # An fp16 accumulator: the exact sum rounded once to nearest even on fp16's grid (fp16 zoo
+        # vectors, 5,000 of 5,000 on each of five GPUs); subnormal and overflowing results [open].
+        return _apply_specials(_round_to_fp16(total, e_unit), c, a, b, has_inf)
     if preset.rounding is Rounding.TRUNCATE:
         # Toward zero, to F fraction bits (F + 1 significant bits, at most fp32's 24).
         mant, length = torch.frexp(total)
@@ -207,6 +230,20 @@ def _block_fma(
     if not aligned:
         result = result + c  # fp32 addition, round to nearest even
     return _apply_specials(result, c, a, b, has_inf)
+
+
+def _round_to_fp16(total: torch.Tensor, e_unit: torch.Tensor) -> torch.Tensor:
+    """``total * 2**e_unit`` (exact, float64) rounded to nearest even fp16 in one step (no double rounding).
+
+    The grid is 2**(floor(log2|x|) - 10), or 2**-24 below 2**-14; a result of 2**16 or more is +-Inf;
+    an exact zero is +0.
+    """
+    value = total * pow2(torch.clamp(e_unit, -1000, 1000), torch.float64)
+    _, length = torch.frexp(value)
+    ulp_exp = torch.clamp(length.to(torch.int32) - 1, min=-14) - 10
+    q = torch.round(value * pow2(-ulp_exp, torch.float64)) * pow2(ulp_exp, torch.float64)  # half to even
+    q = torch.where(q.abs() >= 2.0**16, q.sign() * float("inf"), q)
+    return q.to(torch.float16) + 0.0
 
 
 def _apply_specials(
@@ -229,7 +266,8 @@ def _apply_specials(
         return result
     result = torch.where(pos_inf, float("inf"), result)
     result = torch.where(neg_inf, float("-inf"), result)
-    return torch.where(nan, OutFormat.FLOAT32.nan_tensor(result.device), result)
+    nan_out = (OutFormat.FLOAT16 if result.dtype == torch.float16 else OutFormat.FLOAT32).nan_tensor(result.device)
+    return torch.where(nan, nan_out, result)
 
 
 def chain(
@@ -253,30 +291,39 @@ def chain(
     return c
 
 
-_FP8_INPUTS = (torch.float8_e4m3fn, torch.float8_e5m2)
+_INPUTS = (*FP8_DTYPES, *WIDE_DTYPES)
 
 
 def _dot_operand(x: object, name: str) -> torch.Tensor:
-    """``x`` if it is an FP8 operand vector (or batch of them) that :func:`dot` accepts."""
+    """``x`` if it is an operand vector (or batch of them) that :func:`dot` accepts."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(
-            f"{name} must be a torch.Tensor of FP8 codes (float8_e4m3fn or float8_e5m2), got {type(x).__name__}"
+            f"{name} must be a torch.Tensor (FP8 codes, float16, bfloat16, or float32 holding tf32 values), "
+            f"got {type(x).__name__}"
         )
-    if x.dtype not in _FP8_INPUTS:
+    if x.dtype not in _INPUTS:
         raise ValueError(
-            f"{name} must be float8_e4m3fn or float8_e5m2, got {x.dtype}; quantise it first, for example with "
-            "x.to(torch.float8_e4m3fn) or mmaemu.quantization.quantize"
+            f"{name} must be float8_e4m3fn, float8_e5m2, float16, bfloat16 or float32 (tf32 values), got {x.dtype}; "
+            "convert it first, for example with x.to(torch.float8_e4m3fn), mmaemu.quantization.quantize or "
+            "x.to(torch.bfloat16)"
         )
     if x.dim() == 0:
         raise ValueError(
             f"{name} is 0-dimensional: dot reduces over the last dimension, so operands are [..., K] "
             "(use x.reshape(1) for a single product)"
         )
+    if x.dtype == torch.float32:
+        wide_format_of(x, name)  # tf32 values only
     return x
 
 
 def _dot_batch(a: torch.Tensor, b: torch.Tensor, c: object) -> torch.Size:
     """The batch shape of ``dot(a, b, c)``; ValueError/TypeError for anything it does not accept."""
+    if (a.dtype in FP8_DTYPES) != (b.dtype in FP8_DTYPES) or (a.dtype not in FP8_DTYPES and a.dtype != b.dtype):
+        raise ValueError(
+            f"a is {a.dtype} and b is {b.dtype}: a tensor-core instruction takes two FP8 operands (any pair), or "
+            "two fp16, two bf16 or two tf32 operands"
+        )
     if a.shape[-1] != b.shape[-1]:
         raise ValueError(
             f"a and b must have the same length K in their last dimension, got a {tuple(a.shape)} and "
@@ -297,10 +344,15 @@ def _dot_batch(a: torch.Tensor, b: torch.Tensor, c: object) -> torch.Size:
             f"c must be a float32 tensor or None (+0), got {type(c).__name__}; pass "
             "torch.tensor(value, dtype=torch.float32)"
         )
-    if c.dtype != torch.float32:
+    if c.dtype == torch.float16 and a.dtype != torch.float16:
         raise ValueError(
-            f"c must be float32 (the fp32 accumulator), got {c.dtype}; convert it with c.to(torch.float32) "
-            "where that conversion is what you mean"
+            f"c is float16 (an fp16 accumulator), which the tensor cores offer for fp16 operands only, not {a.dtype}; "
+            "pass a float32 c"
+        )
+    if c.dtype not in (torch.float32, torch.float16):
+        raise ValueError(
+            f"c must be float32 (the fp32 accumulator; float16 selects the fp16 accumulator of fp16 operands), got "
+            f"{c.dtype}; convert it with c.to(torch.float32) where that conversion is what you mean"
         )
     if c.device != a.device:
         raise ValueError(f"c must be on the operands' device {a.device}, got {c.device}")
@@ -325,18 +377,24 @@ def dot(
 ) -> torch.Tensor:
     """The chained block FMA of a tensor-core instruction, over the last dimension.
 
+    The operands' dtype selects the input format: FP8 (``float8_e4m3fn``, ``float8_e5m2``, any
+    pair), or two operands of one of fp16 (``float16``), bf16 (``bfloat16``) and tf32 (``float32``
+    tensors holding tf32 values); :data:`mmaemu.presets.ZOO` has those formats' instructions.
+
     Args:
-        a: FP8 operands ``[..., K]`` (``float8_e4m3fn`` or ``float8_e5m2``), at least 1-D.
-        b: FP8 operands ``[..., K]`` with the same K; batch dimensions broadcastable with
-            ``a``'s; any format pair is accepted.
-        c: fp32 accumulator tensor, broadcastable to the batch shape (a 0-d tensor for one
-            vector), on the operands' device; default (None) +0.
-        preset: a shipped preset name (``"hopper"``, ``"ada"``, ``"b200_mma_sync"``) or a
-            custom :class:`Preset`.
+        a: operands ``[..., K]``, at least 1-D.
+        b: operands ``[..., K]`` with the same K; batch dimensions broadcastable with ``a``'s.
+        c: accumulator tensor, broadcastable to the batch shape (a 0-d tensor for one vector), on
+            the operands' device; default (None) +0 in fp32. float32 is the fp32 accumulator;
+            float16 selects the fp16 accumulator (fp16 operands only: the sum is rounded to nearest
+            even fp16 instead of truncated to fp32).
+        preset: a preset name or a custom :class:`Preset`. FP8: ``"hopper"``, ``"ada"``,
+            ``"b200_mma_sync"`` (``"b200"`` is its alias). fp16, bf16, tf32: an architecture,
+            ``"volta"`` (fp16 only), ``"ampere"``, ``"ada"``, ``"hopper"`` or ``"b200"``.
 
     Returns:
-        fp32 tensor of the batch shape. A NaN code anywhere in ``a[..., :]`` or ``b[..., :]``
-        gives the canonical NaN 0x7FFFFFFF; Inf inputs follow IEEE (``inf * 0`` and opposite
+        A tensor of the batch shape, of ``c``'s dtype (fp32 when ``c`` is None). A NaN anywhere in
+        ``a[..., :]`` or ``b[..., :]`` gives the canonical NaN (fp32 0x7FFFFFFF, fp16 0x7FFF); Inf inputs follow IEEE (``inf * 0`` and opposite
         infinities give NaN); a NaN ``c`` gives the canonical NaN and an infinite ``c`` stays
         infinite unless an opposite infinity meets it; exact zero results are +0 (so ``c = -0``
         with zero products returns +0). K = 0 returns ``c`` unchanged (-0 and NaN payloads included).
@@ -344,12 +402,15 @@ def dot(
     Raises:
         TypeError: ``a`` or ``b`` is not a tensor, or ``c`` is neither a tensor nor None (a
             Python float is refused: pass ``torch.tensor(x, dtype=torch.float32)``).
-        ValueError: an operand that is not FP8 or is 0-dimensional, different K in ``a`` and
-            ``b``, batch shapes that do not broadcast, a ``c`` that is not float32 or does not
+        ValueError: an operand of another dtype or 0-dimensional, a float32 operand holding a
+            value that is not tf32 (:func:`mmaemu.quantization.round_to_tf32` rounds it), operands
+            of two different non-FP8 formats, different K in ``a`` and ``b``, batch shapes that do
+            not broadcast, a ``c`` that is neither float32 nor (fp16 operands) float16 or does not
             broadcast to the batch shape, or tensors on different devices.
         MmaemuError: the operands are on the CPU and the CPU flushes subnormals to zero (for
             example after ``torch.set_flush_denormal(True)``).
-        KeyError, UnsupportedFeatureError: an unknown or unmodelled preset (:func:`get_preset`).
+        KeyError, UnsupportedFeatureError: an unknown or unmodelled preset, or one without an
+            instruction for the operands' format (:func:`mmaemu.presets.instruction_preset`).
 
     Example:
         >>> import torch, mmaemu
@@ -358,11 +419,16 @@ def dot(
         >>> c = torch.tensor(1.0)
         >>> mmaemu.model.dot(a, b, c, preset="hopper").item()  # each product truncates away
         1.0
+        >>> h = torch.full((4,), 2.0**-12, dtype=torch.float16)  # fp16: products of 2**-24
+        >>> mmaemu.model.dot(h, h, c, preset="volta").item()  # 23 fraction bits below c's exponent
+        1.0
+        >>> mmaemu.model.dot(h, h, c, preset="hopper").item() == 1 + 2.0**-22  # 25 bits keep them
+        True
     """
     a = _dot_operand(a, "a")
     b = _dot_operand(b, "b")
     batch = _dot_batch(a, b, c)
-    resolved = get_preset(preset)
+    resolved = instruction_preset(preset, a.dtype)
     if a.device.type == "cpu":
         check_cpu_subnormals()
     a_ops, b_ops = BlockOperands.of(a), BlockOperands.of(b)
@@ -372,7 +438,8 @@ def dot(
         acc = c.expand(batch).clone()
     has_inf = bool(a_ops.is_inf.any() or b_ops.is_inf.any())
     acc = chain(a_ops, b_ops, acc, resolved, has_inf=has_inf)
-    nan = fp8_nan_rows(a) | fp8_nan_rows(b)
+    nan = nan_rows(a) | nan_rows(b)
     if bool(nan.any()):
-        acc = torch.where(nan.expand(batch), OutFormat.FLOAT32.nan_tensor(acc.device), acc)
+        out_format = OutFormat.FLOAT16 if acc.dtype == torch.float16 else OutFormat.FLOAT32
+        acc = torch.where(nan.expand(batch), out_format.nan_tensor(acc.device), acc)
     return acc

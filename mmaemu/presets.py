@@ -12,7 +12,10 @@ import enum
 import warnings
 from dataclasses import dataclass
 
+import torch
+
 from .errors import ExperimentalPresetWarning, UnsupportedFeatureError
+from .formats import FP8_DTYPES, WideFormat
 
 __all__ = [
     "Maturity",
@@ -24,6 +27,10 @@ __all__ = [
     "B200_MMA_SYNC",
     "presets",
     "get_preset",
+    "Architecture",
+    "ZOO",
+    "zoo_presets",
+    "instruction_preset",
 ]
 
 class Maturity(enum.Enum):
@@ -127,8 +134,13 @@ B200_MMA_SYNC = Preset(
 )
 
 _PRESETS = {p.name: p for p in (HOPPER, ADA, B200_MMA_SYNC)}
-_ALIASES = {"blackwell": "b200_mma_sync"}
+_ALIASES = {"blackwell": "b200_mma_sync", "b200": "b200_mma_sync"}
 _NOT_MODELLED = {
+    "volta": "volta (V100, sm_70) has no FP8 tensor cores: an FP8 GEMM cannot run there. For fp16 operands pass "
+    "float16 tensors to mmaemu.model.dot or mmaemu.accumulate with preset='volta'",
+    "ampere": "ampere (A100, sm_80; RTX 30-series, sm_86) has no FP8 tensor cores: an FP8 GEMM cannot run there. For "
+    "fp16, bf16 or tf32 operands pass float16, bfloat16 or float32 (tf32) tensors to mmaemu.model.dot or "
+    "mmaemu.accumulate with preset='ampere'",
     "sm_120": "sm_120 (RTX 50-series, RTX PRO 6000 Blackwell) is not modelled: mmaemu ships no "
     "preset for it, and b200_mma_sync is not such a model",
     "rtx_blackwell": "sm_120 (RTX 50-series Blackwell) is not modelled: mmaemu ships no preset "
@@ -137,8 +149,100 @@ _NOT_MODELLED = {
 
 
 def presets() -> dict[str, Preset]:
-    """The shipped presets by name (aliases excluded)."""
+    """The shipped FP8 presets by name (aliases excluded); :func:`zoo_presets` has the other formats."""
     return dict(_PRESETS)
+
+
+class Architecture(enum.Enum):
+    """The NVIDIA tensor-core generations of the zoo, by the preset name that selects them."""
+
+    VOLTA = "volta"
+    AMPERE = "ampere"
+    ADA = "ada"
+    HOPPER = "hopper"
+    B200 = "b200"
+
+
+def _zoo(arch: Architecture, fmt: WideFormat, block: int, frac: int, evidence: str) -> Preset:
+    return Preset(f"{arch.value}-{fmt.short_name}", block_size=block, frac_bits=frac,
+                  maturity=Maturity.VALIDATED, source=evidence)
+
+
+# [Note: zoo presets] One structure fits all 65,000 recorded dot products (hw-vectors/zoo/, WMMA with
+# c loaded; tools/zoo_fit.py reruns the fit): the block's E is the largest unnormalised product
+# exponent e(a) + e(b) (and c's, floored at -126), every term (c included) is truncated toward zero to
+# a multiple of 2**(E - F), and the exact sum is truncated to fp32 (or rounded to nearest even for
+# an fp16 accumulator). F = 23 + the extra alignment bits: V100 23, A100 and Ada 24, H100 and B200
+# 25; each neighbouring F fails 158 to 2,471 vectors of each file. The block sizes are the
+# published ones (Khattak and Mikaitis, arXiv:2512.07004); the vectors pin only B >= K of the file
+# (K = 4, 8 or 16), so B = 16 for ampere/ada fp16 and bf16, or B = 4 for hopper/b200 tf32, would fit
+# them too; a smaller B than K fails hundreds of vectors.
+_ZOO_F = {Architecture.VOLTA: 23, Architecture.AMPERE: 24, Architecture.ADA: 24, Architecture.HOPPER: 25,
+          Architecture.B200: 25}
+_ZOO_B = {
+    Architecture.VOLTA: {WideFormat.FP16: 4},
+    Architecture.AMPERE: {WideFormat.FP16: 8, WideFormat.BF16: 8, WideFormat.TF32: 4},
+    Architecture.ADA: {WideFormat.FP16: 8, WideFormat.BF16: 8, WideFormat.TF32: 4},
+    Architecture.HOPPER: {WideFormat.FP16: 16, WideFormat.BF16: 16, WideFormat.TF32: 8},
+    Architecture.B200: {WideFormat.FP16: 16, WideFormat.BF16: 16, WideFormat.TF32: 8},
+}
+_ZOO_GPU = {Architecture.VOLTA: "v100", Architecture.AMPERE: "a100", Architecture.ADA: "ada",
+            Architecture.HOPPER: "h100", Architecture.B200: "b200"}
+#: The instruction presets of the zoo, by (architecture, input format).
+ZOO: dict[tuple[Architecture, WideFormat], Preset] = {
+    (arch, fmt): _zoo(arch, fmt, block, _ZOO_F[arch],
+                      f"hw-vectors/zoo/{_ZOO_GPU[arch]}_{fmt.short_name}.npz (5,000 of 5,000); block size "
+                      "published (arXiv:2512.07004), pinned by the vectors only up to the recorded K")
+    for arch, blocks in _ZOO_B.items() for fmt, block in blocks.items()
+}
+
+
+def zoo_presets() -> dict[tuple[str, str], Preset]:
+    """The zoo's instruction presets by (architecture name, format name), e.g. ``("hopper", "bf16")``."""
+    return {(arch.value, fmt.short_name): p for (arch, fmt), p in ZOO.items()}
+
+
+def instruction_preset(preset: str | Preset, fmt: WideFormat | torch.dtype, *, warn: bool = True) -> Preset:
+    """The instruction arithmetic that ``preset`` names for operands of format ``fmt``.
+
+    For FP8 dtypes this is :func:`get_preset` (``"volta"`` and ``"ampere"`` raise: no FP8 tensor cores;
+    ``"b200"`` is the experimental ``b200_mma_sync``). For fp16, bf16 and tf32 an architecture name
+    (``"volta"``, ``"ampere"``, ``"ada"``, ``"hopper"``, ``"b200"``) selects its :data:`ZOO` entry; a
+    custom :class:`Preset` applies to any format as it is.
+
+    Raises:
+        UnsupportedFeatureError: the architecture has no tensor-core instruction for the format
+            (volta: fp16 only), or the name is an FP8-only preset (``b200_mma_sync``, ``blackwell``).
+        KeyError: an unknown name; the message lists the known ones.
+    """
+    if isinstance(fmt, torch.dtype):
+        if fmt in FP8_DTYPES:
+            return get_preset(preset, warn=warn)
+        matches = [f for f in WideFormat if f.dtype == fmt]
+        if not matches:
+            raise ValueError(f"no tensor-core input format is held in {fmt}")
+        fmt = matches[0]
+    if isinstance(preset, Preset):
+        return preset
+    if not isinstance(preset, str):
+        raise TypeError(f"preset must be a name or a Preset, got {type(preset).__name__}")
+    try:
+        arch = Architecture(preset)
+    except ValueError:
+        archs = ", ".join(a.value for a in Architecture)
+        if preset in _PRESETS or preset in _ALIASES or preset in _NOT_MODELLED:
+            raise UnsupportedFeatureError(
+                f"preset {preset!r} describes FP8 inputs only; for {fmt.short_name} operands name an architecture: "
+                f"{archs}"
+            ) from None
+        raise KeyError(f"unknown preset {preset!r}; for {fmt.short_name} operands the presets are: {archs}") from None
+    found = ZOO.get((arch, fmt))
+    if found is None:
+        has = ", ".join(f.short_name for (a, f) in ZOO if a is arch)
+        raise UnsupportedFeatureError(
+            f"{arch.value} tensor cores take {has} inputs, not {fmt.short_name} (no such instruction to model)"
+        )
+    return found
 
 
 def get_preset(preset: str | Preset, *, warn: bool = True) -> Preset:

@@ -41,7 +41,9 @@ import torch
 from .formats import Fp8Format, fp8_format_of
 from .host import check_cpu_subnormals
 
-__all__ = ["ScalingRecipe", "quantize", "reciprocal_scale", "scale_from_amax", "current_scale", "FP32_MAX"]
+__all__ = [
+    "ScalingRecipe", "quantize", "reciprocal_scale", "scale_from_amax", "current_scale", "round_to_tf32", "FP32_MAX",
+]
 
 #: the largest finite fp32, which TE uses for a scale that would overflow.
 FP32_MAX = float(torch.finfo(torch.float32).max)
@@ -228,3 +230,34 @@ def current_scale(x: torch.Tensor, dtype: torch.dtype = torch.float8_e4m3fn) -> 
     scale = max_fp8 / amax
     scale = torch.where(torch.isinf(scale), torch.full_like(scale, FP32_MAX), scale)
     return torch.where((amax == 0) | torch.isinf(amax), torch.ones_like(scale), scale)
+
+
+def round_to_tf32(x: torch.Tensor) -> torch.Tensor:
+    """Round fp32 values to tf32 (10 fraction bits), to nearest with ties to even, in a new float32 tensor.
+
+    The result is what :func:`mmaemu.model.dot` and :func:`mmaemu.accumulate` accept as tf32 operands.
+    Subnormals round on the same grid (their 13 low fraction bits); a value that rounds past the
+    largest tf32 becomes +-Inf; +-Inf and -0 are kept; a NaN becomes a quiet NaN of the same sign
+    with only its top fraction bit set. The rounding mode of a GPU's own fp32 -> tf32 conversion is
+    not modelled here (PTX's ``cvt.rna.tf32.f32`` rounds ties away from zero): round the way your
+    program does, this function is one choice.
+
+    Example:
+        >>> import torch, mmaemu
+        >>> mmaemu.quantization.round_to_tf32(torch.tensor([1 + 2.0**-11, 1 + 3 * 2.0**-11])).tolist()
+        [1.0, 1.001953125]
+    """
+    if not isinstance(x, torch.Tensor) or x.dtype != torch.float32:
+        got = x.dtype if isinstance(x, torch.Tensor) else type(x).__name__
+        raise TypeError(f"round_to_tf32 takes a float32 tensor, got {got}")
+    bits = x.view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+    magnitude = bits & 0x7FFFFFFF
+    rounded = (bits + 0xFFF + ((bits >> 13) & 1)) & 0xFFFFE000  # carries into the exponent: Inf at the top
+    nan = magnitude > 0x7F800000
+    out = torch.where(nan, (bits & 0x80000000) | 0x7FC00000, torch.where(magnitude == 0x7F800000, bits, rounded))
+    return _int32_bits(out).view(torch.float32)
+
+
+def _int32_bits(unsigned: torch.Tensor) -> torch.Tensor:
+    """int64 values in [0, 2**32) as the int32 tensor with the same 32 bits."""
+    return torch.where(unsigned >= 2**31, unsigned - 2**32, unsigned).to(torch.int32)

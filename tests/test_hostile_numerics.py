@@ -19,6 +19,7 @@ import torch
 import mmaemu
 from mmaemu import model, presets
 from mmaemu.presets import HOPPER
+from mmaemu.errors import UnsupportedFeatureError
 from mmaemu.model import BlockOperands
 from mmaemu.nn import EmulatedFP8Linear
 from mmaemu.quantization import current_scale, quantize, reciprocal_scale, scale_from_amax
@@ -99,9 +100,20 @@ BAD_DOT_CALLS: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
     ("0-d both", lambda: model.dot(torch.tensor(1.0).to(E4M3), torch.tensor(1.0).to(E4M3), preset="hopper"),
      ValueError, "0-dimensional"),
     ("fp32 a", lambda: model.dot(torch.ones(32), A32, preset="hopper"), ValueError,
-     "a must be float8_e4m3fn or float8_e5m2, got torch.float32"),
+     "a is torch.float32 and b is torch.float8_e4m3fn: a tensor-core instruction takes two FP8 operands"),
+    ("fp64 a", lambda: model.dot(torch.ones(32, dtype=torch.float64), A32, preset="hopper"), ValueError,
+     "a must be float8_e4m3fn, float8_e5m2, float16, bfloat16 or float32 .tf32 values., got torch.float64"),
+    ("fp32 not tf32", lambda: model.dot(torch.full((4,), 1 + 2.0**-20), torch.ones(4), preset="hopper"), ValueError,
+     "1 of its values are not tf32|4 of its values are not tf32"),
+    ("fp16 x bf16", lambda: model.dot(torch.ones(4, dtype=torch.float16), torch.ones(4, dtype=torch.bfloat16),
+                                      preset="hopper"), ValueError, "two fp16, two bf16 or two tf32"),
+    ("fp16 c of bf16", lambda: model.dot(torch.ones(4, dtype=torch.bfloat16), torch.ones(4, dtype=torch.bfloat16),
+                                         torch.tensor(1.0, dtype=torch.float16), preset="hopper"), ValueError,
+     "fp16 operands only"),
+    ("bf16 on volta", lambda: model.dot(torch.ones(4, dtype=torch.bfloat16), torch.ones(4, dtype=torch.bfloat16),
+                                        preset="volta"), UnsupportedFeatureError, "take fp16 inputs, not bf16"),
     ("fnuz b", lambda: model.dot(A32, torch.ones(32).to(torch.float8_e4m3fnuz), preset="hopper"), ValueError,
-     "b must be float8_e4m3fn or float8_e5m2"),
+     "b must be float8_e4m3fn, float8_e5m2, float16"),
     ("list a", lambda: model.dot([1.0] * 32, A32, preset="hopper"), TypeError,  # type: ignore[arg-type]
      "a must be a torch.Tensor"),
     ("fp64 c", lambda: model.dot(A32, A32, torch.tensor(1.0 + 2.0**-40, dtype=torch.float64), preset="hopper"),

@@ -8,6 +8,8 @@ import warnings
 import pytest
 import torch
 
+from mmaemu.errors import UnsupportedFeatureError
+
 import mmaemu
 from mmaemu.presets import ADA, B200_MMA_SYNC, HOPPER, CMode, Maturity, Preset, Rounding, get_preset, presets
 
@@ -41,7 +43,16 @@ def test_sm120_is_not_modelled(name: str) -> None:
 
 def test_unknown_preset_lists_the_known_ones() -> None:
     with pytest.raises(KeyError, match="hopper"):
-        get_preset("volta")
+        get_preset("pascal")
+
+
+@pytest.mark.parametrize("name", ["volta", "ampere"])
+def test_fp8_on_an_architecture_without_fp8_tensor_cores_is_refused(name: str) -> None:
+    with pytest.raises(UnsupportedFeatureError, match="no FP8 tensor cores"):
+        get_preset(name)
+    a = torch.ones(4).to(torch.float8_e4m3fn)
+    with pytest.raises(UnsupportedFeatureError, match="no FP8 tensor cores"):
+        mmaemu.model.dot(a, a, preset=name)
 
 
 @pytest.mark.parametrize("kwargs", [dict(block_size=0, frac_bits=13), dict(block_size=32, frac_bits=0), dict(block_size=32, frac_bits=41)])
