@@ -36,6 +36,8 @@ __all__ = [
     "f32_bits_from_value",
     "FORMATS",
     "CANONICAL_NAN",
+    "zoo_block",
+    "zoo_dot",
 ]
 
 
@@ -633,3 +635,116 @@ def gemm_output(a_row_codes, b_row_codes, fmt_a, fmt_b, block_size, frac_bits, f
     acc = accumulate(a_row_codes, b_row_codes, fmt_a, fmt_b, block_size, frac_bits, fast,
                      splits, scheme)
     return epilogue(acc, scale_a_bits, scale_b_bits, out_dtype, scale_result_bits)
+
+
+# ---------------------------------------------------------------------------------------------
+# The zoo: fp16, bf16 and tf32 operands (written from docs/zoo.md, "One block, exactly")
+# ---------------------------------------------------------------------------------------------
+
+# operand formats: (decode format, emin); tf32 operands are fp32 bit patterns whose 13 low
+# fraction bits are zero.
+_ZOO_IN = {"fp16": ("float16", -14), "bf16": ("bfloat16", -126), "tf32": ("float32", -126)}
+
+
+def _zoo_operand(bits: int, fmt: str):
+    """(decoded value, e(x)) of one zoo operand: e(x) is the unbiased exponent floored at emin."""
+    name, emin = _ZOO_IN[fmt]
+    if fmt == "tf32" and bits & 0x1FFF:
+        raise ValueError(f"{bits:#x} is not a tf32 value")
+    val = decode(bits, name)
+    if val[0] != "fin" or val[2] == 0:
+        return val, None
+    return val, max(floor_log2(val[2]), emin)
+
+
+def zoo_block(c_bits: int, a_bits, b_bits, fmt: str, frac_bits: int, acc: str = "fp32") -> int:
+    """One zoo block: B products of fp16/bf16/tf32 operands added to an fp32 (or fp16) accumulator.
+
+    ``acc='fp32'``: c and the result are fp32 bit patterns; ``acc='fp16'``: fp16 bit patterns.
+
+    Steps (docs/zoo.md):
+      1. each product exact, exponent e(a) + e(b) (e floored at the format's emin; the significand
+         product is not renormalised);
+      2. zero products left out; E = max(product exponents, exponent of c when c != 0, floored at
+         -126 for an fp32 c and -14 for an fp16 c);
+      3. every term, c included, truncated toward zero to a multiple of 2^(E - F);
+      4. exact sum; fp32: normalised and truncated toward zero to 24 significant bits (grid
+         2^-149 below 2^-126), 2^128 or more -> signed inf; fp16: rounded to nearest even fp16
+         once (grid 2^-24 below 2^-14), beyond the largest finite -> signed inf;
+      5. a zero result (an exact zero sum, or one that rounds or truncates to zero) is +0;
+      non-finite: the IEEE rules of the FP8 block (NaN operand, inf * 0, opposite infinities, NaN
+      c -> canonical NaN; else an inf product, then an inf c, gives that inf).
+    """
+    F = int(frac_bits)
+    out = FORMATS["float32"] if acc == "fp32" else FORMATS["float16"]
+    c_floor = -126 if acc == "fp32" else -14
+    c = decode(c_bits, out)
+    nan = c[0] == "nan"
+    pos_inf = neg_inf = False
+    terms = []
+    for ab, bb in zip(a_bits, b_bits):
+        (av, ea), (bv, eb) = _zoo_operand(ab, fmt), _zoo_operand(bb, fmt)
+        if av[0] == "nan" or bv[0] == "nan":
+            nan = True
+            continue
+        if av[0] == "inf" or bv[0] == "inf":
+            other = bv if av[0] == "inf" else av
+            if other[0] == "fin" and other[2] == 0:
+                nan = True
+            elif av[1] ^ bv[1]:
+                neg_inf = True
+            else:
+                pos_inf = True
+            continue
+        if ea is None or eb is None:
+            continue  # a zero product
+        val = av[2] * bv[2]
+        terms.append((ea + eb, -val if av[1] ^ bv[1] else val))
+    if pos_inf and neg_inf:
+        nan = True
+    if c[0] == "inf" and ((c[1] == 0 and neg_inf) or (c[1] == 1 and pos_inf)):
+        nan = True
+    if nan:
+        return CANONICAL_NAN[out.name]
+    if pos_inf or neg_inf:
+        return _inf_bits(1 if neg_inf else 0, out)
+    if c[0] == "inf":
+        return c_bits
+    exps = [e for e, _ in terms]
+    cval = _signed(c)
+    if cval != 0:
+        exps.append(max(floor_log2(abs(cval)), c_floor))
+        terms.append((None, cval))
+    if not exps:
+        return 0
+    q = _pow2(max(exps) - F)
+    S = sum((_trunc_to(v, q) for _, v in terms), Fraction(0))
+    if S == 0:
+        return 0
+    sign = 1 if S < 0 else 0
+    if acc == "fp32":
+        k = max(floor_log2(abs(S)), -126)
+        R = abs(_trunc_to(S, _pow2(k - 23)))
+        if R == 0:
+            return 0
+        if R >= _pow2(128):
+            return _inf_bits(sign, out)
+        return encode_exact(sign, R, out)
+    R = round_magnitude(abs(S), out, "rne")
+    if R == 0:
+        return 0
+    if R > out.max_finite:
+        return _inf_bits(sign, out)
+    return encode_exact(sign, R, out)
+
+
+def zoo_dot(a_bits, b_bits, c_bits, fmt: str, block_size: int, frac_bits: int, acc: str = "fp32") -> int:
+    """Blocks of ``block_size`` chained over the vectors in order from ``c_bits``, the last padded with zeros."""
+    a_bits, b_bits = list(a_bits), list(b_bits)
+    if len(a_bits) != len(b_bits):
+        raise ValueError("a_bits and b_bits differ in length")
+    c = int(c_bits)
+    for i in range(0, len(a_bits), block_size):
+        c = zoo_block(c, _padded(a_bits, i, i + block_size, block_size),
+                      _padded(b_bits, i, i + block_size, block_size), fmt, frac_bits, acc)
+    return c
