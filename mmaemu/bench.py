@@ -8,7 +8,10 @@ For each shape ``M x K x N`` (E4M3 operands drawn from a seeded generator, bf16 
 3. with ``--configs``, the cpu backend's time for the other configurations of the bars (ada, slow
    accumulation, E5M2 x E4M3; a split call with S = 4), each checked against the reference first, as
    a ratio to the first configuration;
-4. with ``--first-call``, the latency of the first cpu-backend call in a fresh process, with an
+4. with ``--zoo``, the cpu backend's ``accumulate`` time per multiply-accumulate for the zoo formats
+   (fp16, bf16, tf32 on every architecture that has them) as a ratio to its E4M3 ``accumulate`` time
+   (hopper, fast) at the same shape, each checked against the reference backend on 64 rows first;
+5. with ``--first-call``, the latency of the first cpu-backend call in a fresh process, with an
    empty numba cache (compilation) and with the on-disk cache of the previous run.
 
 The figures are ratios measured in one run on one machine; ``--json`` writes them all.
@@ -33,7 +36,7 @@ from .call import explain, scaled_mm
 from .testing import assert_bitwise_equal
 from .version import __version__
 
-__all__ = ["Config", "CONFIGS", "median_time", "first_call_latency", "main_bench", "refusal", "run"]
+__all__ = ["Config", "CONFIGS", "median_time", "first_call_latency", "main_bench", "refusal", "run", "zoo_rows"]
 
 
 @dataclass(frozen=True)
@@ -106,6 +109,49 @@ print(time.perf_counter() - start)
 """
 
 
+def zoo_rows(m: int, k: int, n: int, repeat: int) -> list[dict[str, object]]:
+    """The cpu backend's ``accumulate`` time for each zoo (architecture, format) over its E4M3 time.
+
+    The operands are drawn once (normal values, seeded) and converted to each format; each
+    configuration's bits are checked against the reference backend on the first 64 rows of ``a``
+    before it is timed.
+    """
+    import warnings
+
+    from .call import accumulate
+    from .errors import ExperimentalPresetWarning
+    from .presets import ZOO
+    from .quantization import round_to_tf32
+
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(m, k, generator=gen)
+    w = torch.randn(n, k, generator=gen)
+    rows: list[dict[str, object]] = []
+
+    def timed(a: torch.Tensor, b: torch.Tensor, preset: str | None) -> float:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ExperimentalPresetWarning)
+            assert_bitwise_equal(accumulate(a[:64], b, use_fast_accum=True, backend="cpu", preset=preset),
+                                 accumulate(a[:64], b, use_fast_accum=True, backend="reference", preset=preset))
+            return median_time(lambda: accumulate(a, b, use_fast_accum=True, backend="cpu", preset=preset), repeat)
+
+    base = timed(x.clamp(-448, 448).to(torch.float8_e4m3fn), w.clamp(-448, 448).to(torch.float8_e4m3fn), None)
+    macs = m * n * k
+    print(f"\nzoo: cpu accumulate at M, K, N = {m}, {k}, {n}, time per multiply-accumulate over E4M3's "
+          f"(hopper, fast: {base * 1e3:.1f} ms, {macs / base / 1e9:.2f} GMAC/s):")
+    for (arch, fmt), preset in ZOO.items():
+        if fmt.short_name == "tf32":
+            a, b = round_to_tf32(x), round_to_tf32(w)
+        else:
+            a, b = x.to(fmt.dtype), w.to(fmt.dtype)
+        t = timed(a, b, arch.value)
+        rows.append({"preset": arch.value, "format": fmt.short_name, "block_size": preset.block_size,
+                     "cpu_s": t, "e4m3_cpu_s": base, "over_e4m3": t / base})
+        print(f"  {arch.value:7s} {fmt.short_name}  B = {preset.block_size:2d}  {t * 1e3:9.1f} ms  "
+              f"{macs / t / 1e9:6.2f} GMAC/s  {t / base:5.2f}x E4M3")
+    return rows
+
+
 def first_call_latency() -> dict[str, float]:
     """Seconds of the first cpu-backend call in a fresh process: compiling, and from the disk cache.
 
@@ -124,7 +170,7 @@ def first_call_latency() -> dict[str, float]:
 
 
 def run(shapes: list[tuple[int, int, int]], *, repeat: int, configs: bool, first_call: bool,
-        json_path: str | None, profile: str = "hopper") -> dict[str, object]:
+        json_path: str | None, profile: str = "hopper", zoo: bool = False) -> dict[str, object]:
     """Run the benchmark, print its table, and return (and optionally write) the figures."""
     base = replace(CONFIGS[0], label=CONFIGS[0].label.replace("hopper", profile, 1), profile=profile)
     report: dict[str, object] = {"version": __version__, "torch": torch.__version__,
@@ -179,6 +225,8 @@ def run(shapes: list[tuple[int, int, int]], *, repeat: int, configs: bool, first
                 others.append({"config": config.label, "cpu_s": t, "over_base": t / float(row["cpu_s"])})  # type: ignore[arg-type]
                 print(f"  cpu, {config.label:44s} {t * 1e3:8.1f} ms = {t / float(row['cpu_s']):.2f}x the base")  # type: ignore[arg-type]
             row["configs"] = others
+        if zoo:
+            row["zoo"] = zoo_rows(m, k, n, repeat)
         report["results"].append(row)  # type: ignore[attr-defined]
     if first_call:
         latency = first_call_latency()
@@ -192,7 +240,8 @@ def run(shapes: list[tuple[int, int, int]], *, repeat: int, configs: bool, first
 
 
 def main_bench(shapes: list[tuple[int, int, int]], *, repeat: int, configs: bool, first_call: bool,
-               json_path: str | None, profile: str = "hopper", stream: TextIO | None = None) -> int:
+               json_path: str | None, profile: str = "hopper", stream: TextIO | None = None,
+               zoo: bool = False) -> int:
     """The ``bench`` command: 0 when everything was timed; 1 when bits differ (nothing more is timed);
     2 when the benchmark cannot run here (no cpu backend, a refused base call, an unwritable ``--json``).
 
@@ -213,7 +262,8 @@ def main_bench(shapes: list[tuple[int, int, int]], *, repeat: int, configs: bool
             err.write(f"mmaemu bench: the call of shape {m}x{k}x{n} under profile {profile!r} is refused: {refused}\n")
             return 2
     try:
-        report = run(shapes, repeat=repeat, configs=configs, first_call=first_call, json_path=None, profile=profile)
+        report = run(shapes, repeat=repeat, configs=configs, first_call=first_call, json_path=None, profile=profile,
+                     zoo=zoo)
     except AssertionError as exc:
         err.write(f"mmaemu bench: the cpu backend's bits differ from the reference backend's; nothing more was "
                   f"timed:\n{exc}\n")

@@ -20,12 +20,12 @@ from .accumulation import AUTO, SplitK, SplitKArg, SplitKSpec, parse_splitk, pla
 from .backends import Backend, accumulator_function, auto_fallback, parse_backend, require, resolve_backend
 from .checks import CheckedCall, check_call, out_resize_warning, resize_out_like_torch
 from .epilogue import epilogue
-from .errors import MmaemuError, UnsupportedFeatureError, UnverifiedSplitWarning
-from .formats import OutFormat, fp8_format_of, fp8_nan_rows
+from .errors import ExperimentalPresetWarning, MmaemuError, UnsupportedFeatureError, UnverifiedSplitWarning
+from .formats import FP8_DTYPES, WIDE_DTYPES, OutFormat, nan_rows, wide_format_of
 from .host import check_cpu_subnormals, cpu_default_device
 from .platforms.profiles import Profile, get_profile
 from .platforms.splitk import Problem, SplitDecision, SplitSource, combo_verified, resolve_splitk, split_warnings
-from .presets import CMode, Preset
+from .presets import Architecture, CMode, Preset, instruction_preset
 
 __all__ = ["scaled_mm", "accumulate", "explain", "CallPlan", "decide_split"]
 
@@ -54,11 +54,11 @@ def _run(a: torch.Tensor, b: torch.Tensor, preset: Preset, fast: bool, split: Sp
     plan = plan_accumulation(a.shape[1], fast=fast, split=split)
     with cpu_default_device():  # the backends' plan tensors are CPU tensors whatever the default device
         acc = accumulator_function(backend)(a, b, preset, plan)
-    # NaN rule: a NaN code anywhere in row m of a or row n of b makes output (m, n) NaN.
-    nan_rows = fp8_nan_rows(a)
-    nan_cols = fp8_nan_rows(b)
-    if bool(nan_rows.any() or nan_cols.any()):
-        acc = torch.where(nan_rows[:, None] | nan_cols[None, :], OutFormat.FLOAT32.nan_tensor(acc.device), acc)
+    # NaN rule: a NaN anywhere in row m of a or row n of b makes output (m, n) NaN.
+    rows_nan = nan_rows(a)
+    cols_nan = nan_rows(b)
+    if bool(rows_nan.any() or cols_nan.any()):
+        acc = torch.where(rows_nan[:, None] | cols_nan[None, :], OutFormat.FLOAT32.nan_tensor(acc.device), acc)
     return acc
 
 
@@ -79,6 +79,9 @@ def _check_fast_accum(use_fast_accum: object, where: str) -> bool:
     return use_fast_accum
 
 
+_ZOO_WARNED: set[str] = set()
+
+
 def accumulate(
     a: torch.Tensor,
     b: torch.Tensor,
@@ -86,30 +89,45 @@ def accumulate(
     use_fast_accum: bool,
     splitk: SplitKArg = 1,
     profile: str | Profile | None = None,
+    preset: str | Preset | None = None,
     backend: str | Backend = "auto",
 ) -> torch.Tensor:
-    """The fp32 accumulator of an FP8 GEMM, before any scaling: ``a @ b.T`` as the tensor cores add it.
+    """The fp32 accumulator of a GEMM, before any scaling: ``a @ b.T`` as the tensor cores add it.
+
+    FP8 operands (any pair) give what the reference platform's cuBLASLt accumulates. Two operands
+    of one zoo format (``float16``, ``bfloat16``, or ``float32`` holding tf32 values) give one chain
+    of the architecture's instruction over K in order, from +0: what a kernel that chains the
+    instruction computes, not what cuBLAS computes (no GEMM-level recording exists for these
+    formats, so it warns once per preset with :class:`~mmaemu.errors.ExperimentalPresetWarning`).
 
     Args:
-        a: ``[M, K]`` FP8 tensor (row-major, like an activation).
-        b: ``[N, K]`` FP8 tensor (row-major, like a Linear weight).
-        use_fast_accum: one tensor-core chain over K (True), or a new chain every 128 elements
-            with the chain results added in fp32 (False). No default, on purpose.
-        splitk: ``1`` or an explicit split ``(S, "contiguous" | "serial" | "pairwise")``.
-        profile: reference platform whose preset is used (default: ``MMAEMU_PROFILE`` or ``"hopper"``).
-        backend: ``"auto"``, ``"reference"``, ``"cpu"`` or ``"triton"`` (as :func:`scaled_mm`).
+        a: ``[M, K]`` operand (row-major, like an activation).
+        b: ``[N, K]`` operand (row-major, like a Linear weight), of ``a``'s format.
+        use_fast_accum: FP8: one tensor-core chain over K (True), or a new chain every 128 elements
+            with the chain results added in fp32 (False). No default, on purpose. The zoo formats
+            take True only (one chain).
+        splitk: ``1`` or an explicit split ``(S, "contiguous" | "serial" | "pairwise")`` (FP8 only).
+        profile: reference platform whose preset is used (default: ``MMAEMU_PROFILE`` or ``"hopper"``);
+            for the zoo formats its architecture (``hopper`` or ``ada``) is the default preset.
+        preset: the instruction instead of the profile's: for the zoo formats ``"volta"``,
+            ``"ampere"``, ``"ada"``, ``"hopper"`` or ``"b200"`` (or a custom :class:`Preset`), for FP8 a
+            preset name. Not together with ``profile``.
+        backend: ``"auto"``, ``"reference"``, ``"cpu"`` or ``"triton"`` (as :func:`scaled_mm`; Triton
+            hands the zoo formats to the reference backend).
 
     Returns:
-        fp32 ``[M, N]`` on ``a``'s device. Any M, N, K (K = 0 gives +0). A NaN code in row m of
-        ``a`` or row n of ``b`` gives the canonical NaN at (m, n); Inf codes (E5M2) follow IEEE.
+        fp32 ``[M, N]`` on ``a``'s device. Any M, N, K (K = 0 gives +0). A NaN (code) in row m of
+        ``a`` or row n of ``b`` gives the canonical NaN at (m, n); Inf operands follow IEEE.
 
     Raises:
         TypeError: ``use_fast_accum`` is not a bool, ``a`` or ``b`` is not a tensor, ``backend``
             or ``profile`` of the wrong type.
-        ValueError: operands that are not 2-D FP8 matrices sharing K and a device, tensors on the
-            ``meta`` device, an invalid ``splitk``, ``profile`` or ``backend``.
+        ValueError: operands that are not 2-D matrices of one accepted format sharing K and a device
+            (a float32 operand must hold tf32 values), tensors on the ``meta`` device, an invalid
+            ``splitk``, ``profile`` or ``backend``, or both ``profile`` and ``preset``.
         BackendUnavailableError: the requested backend cannot run on the operands' device.
-        UnsupportedFeatureError: a preset that does not model the requested accumulation.
+        UnsupportedFeatureError: a preset that does not model the requested accumulation (for the
+            zoo formats: ``use_fast_accum=False``, split-K, or an architecture without the format).
         MmaemuError: the CPU flushes subnormals (CPU tensors).
 
     Example:
@@ -118,17 +136,27 @@ def accumulate(
         >>> mmaemu.accumulate(a, a, use_fast_accum=True)
         tensor([[40., 40.],
                 [40., 40.]])
+        >>> import warnings
+        >>> h = torch.full((1, 8), 2.0**-12, dtype=torch.float16)
+        >>> with warnings.catch_warnings():
+        ...     warnings.simplefilter("ignore", mmaemu.ExperimentalPresetWarning)
+        ...     mmaemu.accumulate(h, h, use_fast_accum=True, preset="volta").item() == 8 * 2.0**-24
+        True
     """
     fast = _check_fast_accum(use_fast_accum, "accumulate()")
     for name, t in (("a", a), ("b", b)):
         if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a 2-D FP8 tensor, not {type(t).__name__}")
+            raise TypeError(f"{name} must be a 2-D tensor (FP8, float16, bfloat16 or tf32 float32), not {type(t).__name__}")
         if t.dim() != 2:
-            raise ValueError(f"{name} must be a 2-D FP8 tensor, got {t.dim()} dimensions")
-        try:
-            fp8_format_of(t.dtype)
-        except ValueError:
-            raise ValueError(f"{name} must be float8_e4m3fn or float8_e5m2, got {t.dtype}") from None
+            raise ValueError(f"{name} must be a 2-D matrix, got {t.dim()} dimensions")
+        if t.dtype not in FP8_DTYPES and t.dtype not in WIDE_DTYPES:
+            raise ValueError(
+                f"{name} must be float8_e4m3fn or float8_e5m2, or float16, bfloat16 or float32 holding tf32 values, "
+                f"got {t.dtype}"
+            )
+    wide = a.dtype in WIDE_DTYPES
+    if wide != (b.dtype in WIDE_DTYPES) or (wide and a.dtype != b.dtype):
+        raise ValueError(f"a is {a.dtype} and b is {b.dtype}: pass two FP8 matrices, or two of one of fp16, bf16, tf32")
     if a.shape[1] != b.shape[1]:
         raise ValueError(f"a [M, K] and b [N, K] must share K, got {tuple(a.shape)} and {tuple(b.shape)}")
     if a.device != b.device:
@@ -137,7 +165,8 @@ def accumulate(
         raise ValueError(
             "mmaemu computes values; tensors on the 'meta' device have none. Pass CPU or CUDA tensors"
         )
-    prof = get_profile(profile)
+    if profile is not None and preset is not None:
+        raise ValueError("pass profile= or preset=, not both: preset= names the instruction a profile would choose")
     parsed = parse_splitk(splitk)
     if not isinstance(parsed, SplitK):
         raise ValueError(
@@ -145,15 +174,60 @@ def accumulate(
             "decision for a whole call (its output dtype too); use scaled_mm or explain for it"
         )
     split = parsed
-    _check_preset_supports(prof.preset, fast, split)
-    chosen = resolve_backend(parse_backend(backend), a.device, prof.preset)
-    require(chosen, a.device, prof.preset)
+    if wide:
+        chosen_preset = _zoo_preset(a, b, preset, profile, fast, split)
+    else:
+        chosen_preset = get_profile(profile).preset if preset is None else instruction_preset(preset, a.dtype)
+    _check_preset_supports(chosen_preset, fast, split)
+    requested = parse_backend(backend)
+    if wide:
+        # the Triton kernels decode FP8 only: Triton hands these formats to the reference backend
+        chosen = resolve_backend(requested, a.device, None)
+        require(chosen, a.device, None)
+        if chosen is Backend.TRITON:
+            chosen = Backend.REFERENCE
+    else:
+        chosen = resolve_backend(requested, a.device, chosen_preset)
+        require(chosen, a.device, chosen_preset)
     if a.device.type == "cpu":
         check_cpu_subnormals()
     plan = plan_accumulation(a.shape[1], fast=fast, split=split)
     if plan.unverified_empty_parts:
         warnings.warn(_empty_parts_message(split, plan.k, plan.unverified_empty_parts), UnverifiedSplitWarning, stacklevel=2)
-    return _run(a, b, prof.preset, fast, split, chosen)
+    return _run(a, b, chosen_preset, fast, split, chosen)
+
+
+def _zoo_preset(a: torch.Tensor, b: torch.Tensor, preset: str | Preset | None, profile: str | Profile | None,
+                fast: bool, split: SplitK) -> Preset:
+    """The instruction of a zoo-format :func:`accumulate` call (checks the format and what is modelled)."""
+    fmt = wide_format_of(a, "a")
+    wide_format_of(b, "b")
+    if preset is None:
+        arch = get_profile(profile).preset.name  # the FP8 profiles name their architecture: hopper, ada
+        if arch not in {x.value for x in Architecture}:
+            raise UnsupportedFeatureError(
+                f"profile's preset {arch!r} names no architecture for {fmt.short_name} operands; pass preset="
+            )
+        preset = arch
+    resolved = instruction_preset(preset, fmt)
+    if not fast:
+        raise UnsupportedFeatureError(
+            f"use_fast_accum=False (a new chain every 128 elements) is how cuBLAS accumulates FP8; for {fmt.short_name} "
+            "operands accumulate() computes one chain of the instruction over K: pass use_fast_accum=True"
+        )
+    if split.parts != 1:
+        raise UnsupportedFeatureError(
+            f"split-K is not modelled for {fmt.short_name} operands (no GEMM-level recording exists): pass splitk=1"
+        )
+    if resolved.name not in _ZOO_WARNED:
+        _ZOO_WARNED.add(resolved.name)
+        warnings.warn(
+            f"accumulate() with {fmt.short_name} operands on preset {resolved.name!r}: one chain of the recorded "
+            "instruction over K, not a recorded GEMM (cuBLAS may split K or order the blocks otherwise)",
+            ExperimentalPresetWarning,
+            stacklevel=3,
+        )
+    return resolved
 
 
 @dataclass(frozen=True)

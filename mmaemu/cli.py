@@ -129,6 +129,18 @@ def _info(args: argparse.Namespace) -> int:
         here = p.table_id is not None and cublaslt.reference_platform_matches(p.gpu, p.sm_count, p.cublaslt)
         print(f"  {p.name:28s} {p.maturity.value:12s} {p.gpu}, cuBLASLt {p.cublaslt}, {p.caller.value}: "
               f"{'this machine' if here else 'not this machine'}")
+    from .presets import ZOO, Architecture, presets
+
+    print("presets (instruction models; the operands' dtype selects the format):")
+    for fp8 in presets().values():
+        print(f"  {fp8.name:14s} {'FP8 E4M3, E5M2':16s} B = {fp8.block_size:2d}, F = {fp8.frac_bits:2d}, "
+              f"{fp8.maturity.value}: {fp8.source}")
+    for arch in Architecture:
+        rows = [(fmt, q) for (a, fmt), q in ZOO.items() if a is arch]
+        formats = ", ".join(f"{fmt.short_name} (B = {q.block_size}, F = {q.frac_bits})" for fmt, q in rows)
+        print(f"  {arch.value:14s} {formats}; validated on the recorded zoo vectors (dot); accumulate experimental")
+    print("  input formats: float8_e4m3fn, float8_e5m2 (any pair); float16 (fp16), bfloat16 (bf16), float32 holding "
+          "tf32 values (tf32), two of one kind")
     print("backends (from the capability table, mmaemu.backends.capabilities):")
     devices = ["cpu", *(["cuda"] if torch.cuda.is_available() else [])]
     auto = {d: resolve_backend(Backend.AUTO, torch.device(d)) for d in devices}
@@ -148,7 +160,7 @@ def _bench(args: argparse.Namespace) -> int:
     profile = args.profile if args.preset is None else args.preset
     shapes = args.shape or [(64, 1920, 5760)]
     return bench.main_bench(shapes, repeat=args.repeat, configs=args.configs, first_call=args.first_call,
-                            json_path=args.json, profile=profile)
+                            json_path=args.json, profile=profile, zoo=args.zoo)
 
 
 def _selftest(args: argparse.Namespace) -> int:
@@ -367,6 +379,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--repeat", type=_positive_int, default=5, help="runs per median (default 5)")
     bench.add_argument("--configs", action="store_true",
                        help="also time ada slow E5M2 x E4M3 and a split call (S = 4), as ratios to the first")
+    bench.add_argument("--zoo", action="store_true",
+                       help="also time accumulate for fp16, bf16 and tf32 on every zoo preset, over E4M3's time")
     bench.add_argument("--first-call", action="store_true",
                        help="also measure the first call's latency in a fresh process (compiling, and cached)")
     bench.add_argument("--json", default=None, type=_output_file, help="write the figures to this file")

@@ -424,7 +424,7 @@ def decode_wide(x: torch.Tensor, fmt: WideFormat) -> DecodedFp8:
     significand = torch.where(field != 0, frac + (1 << m), frac)
     significand = torch.where(finite, significand, torch.zeros_like(significand))
     exponent = torch.clamp(field - bias, min=fmt.emin)
-    exponent = torch.where(significand != 0, exponent, torch.full_like(exponent, EXPONENT_OF_ZERO))
+    exponent = torch.where(significand == 0, torch.full_like(exponent, EXPONENT_OF_ZERO), exponent)
     negative = ((bits >> sign_shift) & 1) == 1
     value = torch.where(finite, x.to(torch.float64), torch.zeros((), dtype=torch.float64, device=x.device))
     return DecodedFp8(

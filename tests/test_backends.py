@@ -77,8 +77,16 @@ def test_the_capability_table() -> None:
     assert ref.usable and ref.native and bool(ref)
     assert not supports("reference", HOPPER, (), "meta")
     assert not supports(Backend.CPU, HOPPER, (), "cuda")  # CPU tensors only
-    bad = supports("cpu", HOPPER, (torch.float16,), "cpu")
-    assert not bad and "FP8" in bad.reason
+    bad = supports("cpu", HOPPER, (torch.float64,), "cpu")
+    assert not bad and "FP8" in bad.reason and "tf32" in bad.reason
+    from mmaemu.presets import instruction_preset
+
+    zoo = instruction_preset("hopper", torch.bfloat16)
+    assert supports("reference", zoo, (torch.bfloat16,), "cpu").native
+    if cpu.available()[0]:
+        assert supports("cpu", zoo, (torch.bfloat16,), "cpu").native
+    triton_zoo = supports("triton", zoo, (torch.bfloat16,), "cpu")
+    assert not triton_zoo.native and "zoo formats (fp16, bf16, tf32) are delegated" in triton_zoo.reason
     if cpu.available()[0]:
         assert supports("cpu", HOPPER, (), "cpu").native
         delegated = supports("cpu", B200_MMA_SYNC, (), "cpu")  # rounds to nearest: the reference backend runs it

@@ -422,7 +422,7 @@ def test_operator_and_emulate_refuse_bad_backend_and_profile_types() -> None:
 
 
 def test_accumulate_refuses_non_tensors_with_type_error() -> None:
-    with pytest.raises(TypeError, match="a must be a 2-D FP8 tensor"):
+    with pytest.raises(TypeError, match="a must be a 2-D tensor .FP8, float16, bfloat16 or tf32 float32"):
         mmaemu.accumulate(np.ones((2, 32)), mat(2, 32), use_fast_accum=True)  # type: ignore[arg-type]
 
 

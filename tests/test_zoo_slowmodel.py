@@ -147,6 +147,10 @@ def adversarial(fmt: str, block: int, frac: int) -> list[tuple[list[float], list
         # truncates away and c + 2**-25 is a tie (to even); unfloored, it would round up
         ([2.0**-12, 2.0**-24], [2.0**-13, 2.0**-24], 2.0**-23),
     ]
+    if fmt == "fp16":
+        # a subnormal operand's exponent is emin (-14), not -15: the block's E, and so whether the
+        # last bit of the second product (2**(-15 - F)) survives, depends on it
+        cases.append(([3 * 2.0**-24, 2.0**-14 * (1 + 2.0**-10)], [1.0, 2.0 ** (9 - frac)], 0.0))
     return cases
 
 

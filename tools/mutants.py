@@ -43,6 +43,9 @@ EPILOGUE = ("tests/test_against_slowmodel.py", "tests/test_contract_table.py", "
             "tests/test_rtx4060_recordings.py", "-k", "not cpu and not triton")
 CPU = ("tests/test_cpu_backend.py", "tests/test_differential.py", "tests/test_against_slowmodel.py",
        "tests/test_rtx4060_recordings.py", "-k", "cpu or differential")
+ZOO = ("tests/test_zoo_slowmodel.py", "tests/test_zoo_accumulate.py", "tests/test_differential.py",
+       "tests/test_zoo_vectors.py", "-k", "not triton and not fit_tool and (zoo or accumulate or chain or recomputes "
+       "or replay or discriminates)")
 CALL = ("tests/test_contract_table.py", "tests/test_call_records.py", "tests/test_platform.py",
         "-k", "not cpu and not triton")
 
@@ -191,6 +194,15 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("cpu-pairwise-pairs-one-by-one", "mmaemu/backends/cpu.py",
            "np.asarray(flat.role, np.int64))", "np.zeros(len(flat.role), np.int64))",
            "cpu: pairwise pairs added to the total one part at a time", CPU),
+    Mutant("zoo-subnormal-exponent-not-floored", "mmaemu/formats.py",
+           "exponent = torch.clamp(field - bias, min=fmt.emin)", "exponent = field - bias",
+           "fp16, bf16 and tf32 subnormal operands get exponent -bias, not emin", ZOO),
+    Mutant("zoo-fp16-c-exponent-floor", "mmaemu/model.py",
+           "torch.clamp(fp32_exponent(c), min=-14)", "fp32_exponent(c)",
+           "an fp16 accumulator's exponent is floored at fp32's -126, not fp16's -14", ZOO),
+    Mutant("zoo-cpu-fast-range", "mmaemu/backends/cpu.py",
+           "_FAST_EMIN, _FAST_EMAX = -50, 60", "_FAST_EMIN, _FAST_EMAX = -130, 130",
+           "the cpu backend's fp32 zoo kernel runs rows whose products leave fp32's range", ZOO),
 )
 
 

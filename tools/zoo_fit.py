@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -30,7 +31,7 @@ import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-ZOO_DIR = ROOT.parent / "shared" / "hw-vectors" / "zoo"
+ZOO_DIR = Path(os.environ.get("MMAEMU_SHARED", ROOT.parent / "shared")) / "hw-vectors" / "zoo"
 sys.path.insert(0, str(ROOT))
 
 import mmaemu  # noqa: E402

@@ -84,8 +84,9 @@ def resolve_backend(name: str | Backend, device: torch.device, preset: Preset | 
     return Backend.REFERENCE
 
 
-def require(backend: Backend, device: torch.device, preset: Preset) -> None:
-    """Check that a backend named explicitly can run on ``device`` (self-test included).
+def require(backend: Backend, device: torch.device, preset: Preset | None) -> None:
+    """Check that a backend named explicitly can run on ``device`` (self-test included; of ``preset``'s
+    kernel variant too when given).
 
     Raises:
         BackendUnavailableError: it cannot; the message says why and what to pass instead.

@@ -6,13 +6,17 @@ whole call to the reference backend (presets its kernel does not express: same b
 Whether the Triton kernels passed their self-test on a device is not a capability: the dispatcher
 (:mod:`mmaemu.backends`) checks it, once per device and process, before it uses them there.
 
-=========  =======================================  ==============================  ====================
-backend    devices                                  presets run natively            requires
-=========  =======================================  ==============================  ====================
-reference  any device torch computes on (not meta)  all                             torch
+=========  =======================================  ===============================  ====================
+backend    devices                                  presets run natively             requires
+=========  =======================================  ===============================  ====================
+reference  any device torch computes on (not meta)  all, every format                torch
 cpu        cpu                                      truncating, aligned, exact fp32  numba
+                                                    (FP8); the zoo presets (fp16,
+                                                    bf16, tf32)
 triton     cuda (cpu under ``TRITON_INTERPRET=1``)  truncating, aligned, exact fp32  triton
-=========  =======================================  ==============================  ====================
+                                                    (FP8 only; the zoo formats go
+                                                    to the reference backend)
+=========  =======================================  ===============================  ====================
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..formats import FP8_DTYPES
+from ..formats import FP8_DTYPES, WIDE_DTYPES
 from ..presets import Preset
 from . import cpu
 from .triton import backend as triton_backend
@@ -138,10 +142,19 @@ def supports(backend: Backend | str, preset: Preset | None, dtypes: Iterable[tor
         where = torch.device(device)
     except (RuntimeError, TypeError, ValueError) as exc:
         raise ValueError(f"device={device!r} is not a torch device ({str(exc).splitlines()[0]})") from None
-    bad = [d for d in dtypes if d not in FP8_DTYPES]
+    dtypes = tuple(dtypes)
+    bad = [d for d in dtypes if d not in FP8_DTYPES and d not in WIDE_DTYPES]
     if bad:
-        return Support(chosen, False, False, f"operands must be FP8 (float8_e4m3fn or float8_e5m2), not {bad[0]}")
+        return Support(chosen, False, False, f"operands must be FP8 (float8_e4m3fn or float8_e5m2), or fp16, bf16 or "
+                                             f"tf32 (float32) for the zoo presets, not {bad[0]}")
     usable, reason = _requirement(chosen, where)
+    zoo = any(d in WIDE_DTYPES for d in dtypes)
+    if zoo and chosen is Backend.TRITON:
+        return Support(chosen, usable, False, f"{reason}; the zoo formats (fp16, bf16, tf32) are delegated to the "
+                                              "reference backend")
+    if zoo and chosen is Backend.CPU:
+        is_native = usable and (preset is None or cpu.expresses_wide(preset))
+        return Support(chosen, usable, is_native, reason)
     is_native = usable and (preset is None or native(chosen, preset))
     if usable and not is_native and preset is not None:
         reason = f"{reason}; preset {preset.name!r} is delegated to the reference backend"

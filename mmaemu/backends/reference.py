@@ -52,9 +52,10 @@ def _tile_sizes(m: int, n: int, block: int) -> tuple[int, int]:
 
 
 def accumulate(a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: AccumulationPlan) -> torch.Tensor:
-    """fp32 accumulators ``[M, N]`` of FP8 ``a [M, K]`` and ``b [N, K]`` under ``plan``.
+    """fp32 accumulators ``[M, N]`` of ``a [M, K]`` and ``b [N, K]`` under ``plan``.
 
-    NaN codes are treated as zero here; the caller applies the NaN rule. Inf codes follow the
+    The operands are FP8 (any pair) or two matrices of one zoo format (fp16, bf16, tf32). NaN codes
+    are treated as zero here; the caller applies the NaN rule. Inf codes follow the
     IEEE rules of :func:`mmaemu.model.block_fma`.
     """
     m, n = a.shape[0], b.shape[0]
@@ -100,7 +101,11 @@ def accumulate(a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: Accumulat
 
 
 def _inf_rows(x: torch.Tensor) -> torch.Tensor:
-    """Indices of the rows of an FP8 matrix that hold an Inf code (E5M2 only has them)."""
+    """Indices of the rows of an operand matrix that hold an Inf (FP8: E5M2 codes only; fp16, bf16, tf32)."""
+    if x.dtype in (torch.float16, torch.bfloat16, torch.float32):
+        if x.shape[1] == 0:
+            return torch.zeros(0, dtype=torch.int64, device=x.device)
+        return torch.nonzero(torch.isinf(x).any(1)).flatten()
     if x.dtype != torch.float8_e5m2 or x.shape[1] == 0:
         return torch.zeros(0, dtype=torch.int64, device=x.device)
     return torch.nonzero(((x.view(torch.uint8) & 0x7F) == 0x7C).any(1)).flatten()
@@ -117,7 +122,7 @@ def recompute_infinite(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, pres
     """
     rows, cols = _inf_rows(a), _inf_rows(b)
     if rows.numel():
-        out[rows] = accumulate(a.view(torch.uint8)[rows].view(a.dtype), b, preset, plan).to(out.device)
+        out[rows] = accumulate(a[rows], b, preset, plan).to(out.device)
     if cols.numel():
-        out[:, cols] = accumulate(a, b.view(torch.uint8)[cols].view(b.dtype), preset, plan).to(out.device)
+        out[:, cols] = accumulate(a, b[cols], preset, plan).to(out.device)
     return out

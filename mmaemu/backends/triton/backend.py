@@ -51,7 +51,7 @@ import torch
 
 from ...accumulation import AccumulationPlan, flatten_plan
 from ...errors import BackendUnavailableError
-from ...formats import decode_fp8
+from ...formats import FP8_DTYPES, decode_fp8
 from ...model import block_sum_exact_in_fp32
 from ...presets import CMode, Preset, Rounding
 from .. import reference
@@ -282,6 +282,8 @@ def accumulate(
     usable, reason = available(a.device)
     if not usable:
         raise BackendUnavailableError(f"backend 'triton' is unavailable: {reason}")
+    if a.dtype not in FP8_DTYPES:  # the kernels decode FP8: the zoo formats run on the reference backend
+        return reference.accumulate(a, b, preset, plan)
     m, n = a.shape[0], b.shape[0]
     if not expresses(preset):
         return reference.accumulate(a, b, preset, plan)
