@@ -338,9 +338,9 @@ if numba is not None:
                                 q0, q1 = vb_t[k0, n0:n0 + nn], vb_t[k1, n0:n0 + nn]
                                 q2, q3 = vb_t[k2, n0:n0 + nn], vb_t[k3, n0:n0 + nn]
                                 for j in range(nn):
-                                    s = scale[j]
-                                    acc[j] += ((np.trunc((v0 * q0[j]) * s) + np.trunc((v1 * q1[j]) * s))
-                                               + (np.trunc((v2 * q2[j]) * s) + np.trunc((v3 * q3[j]) * s)))
+                                    sc = scale[j]
+                                    acc[j] += ((np.trunc((v0 * q0[j]) * sc) + np.trunc((v1 * q1[j]) * sc))
+                                               + (np.trunc((v2 * q2[j]) * sc) + np.trunc((v3 * q3[j]) * sc)))
                             idx += 4
                         while idx < b1:
                             k0 = kseq[idx]
@@ -488,8 +488,8 @@ if numba is not None:
                             e = np.int32(emax[j])
                             if e < _NO_WIDE_PRODUCT_BELOW:
                                 e = np.int32(-300)
-                            if bits & 0x7FFFFFFF:
-                                e = max(e, np.int32(max(((bits >> 23) & 0xFF) - 127, -126)))
+                            if bits & 0x7FFFFFFF:  # c's exponent, floored at -126
+                                e = max(np.int32(max(((bits >> 23) & 0xFF) - 127, -126)), e)
                             # 2**(F - E) for the products (no product when E - F < -126: any value);
                             # c's term in float64, exact
                             scale_bits[j] = (min(max(frac - e, -126), 127) + 127) << 23
