@@ -130,3 +130,53 @@ def test_info_lists_the_zoo_presets_and_formats() -> None:
     out = subprocess.run([sys.executable, "-m", "mmaemu", "info"], capture_output=True, text=True, check=True).stdout
     for word in ("volta", "ampere", "b200", "bf16 (B = 16, F = 25)", "tf32 (B = 4, F = 24)", "float32 holding tf32"):
         assert word in out
+
+
+def test_a_preset_of_the_wrong_type_is_refused_and_nothing_is_modified() -> None:
+    a, b = _operands(torch.float16)
+    before = (a.clone(), b.clone())
+    for bad in (3, ["hopper"], None.__class__):
+        with pytest.raises(TypeError, match="preset must be a name or a Preset"):
+            mmaemu.accumulate(a, b, use_fast_accum=True, preset=bad)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="preset must be a name or a Preset"):
+        mmaemu.model.dot(a[0], b[0], preset=3.0)  # type: ignore[arg-type]
+    assert torch.equal(a.view(torch.int16), before[0].view(torch.int16))
+    assert torch.equal(b.view(torch.int16), before[1].view(torch.int16))
+
+
+def test_round_to_tf32_rounds_to_nearest_even_on_the_tf32_grid() -> None:
+    """Against exact rational rounding of random fp32 patterns (normals, subnormals, the largest values)."""
+    from fractions import Fraction
+
+    gen = torch.Generator().manual_seed(5)
+    bits = torch.randint(0, 2**31, (4000,), generator=gen, dtype=torch.int64)
+    bits = torch.cat([bits, torch.tensor([0x7F7FFFFF, 0x7F7FF000, 0x00001000, 0x00000FFF, 0x00001FFF, 0x3F801000,
+                                          0x3F803000, 0x7F800000, 0x7FC00001])])
+    signs = torch.randint(0, 2, bits.shape, generator=gen, dtype=torch.int64) << 31
+    x = torch.where((bits | signs) >= 2**31, (bits | signs) - 2**32, bits | signs).to(torch.int32).view(torch.float32)
+    got = round_to_tf32(x)
+    assert got.dtype == torch.float32
+    for value, out in zip(x.tolist(), got.tolist()):
+        if value != value:
+            assert out != out
+            continue
+        if abs(value) == float("inf"):
+            assert out == value
+            continue
+        exact = Fraction(value)
+        mag = abs(exact)
+        e = max(mag.numerator.bit_length() - mag.denominator.bit_length(), -126) if mag else -126
+        if mag and Fraction(2) ** e > mag:
+            e -= 1
+        e = max(e, -126)
+        q = Fraction(2) ** (e - 10)
+        n, rem = divmod(mag, q)
+        if rem > q / 2 or (rem == q / 2 and n % 2 == 1):
+            n += 1
+        want = n * q
+        want_f = float("inf") if want >= 2**128 else float(want)
+        assert out == (-want_f if value < 0 else want_f) and (str(out)[0] == "-") == (str(value)[0] == "-"), value
+    with pytest.raises(TypeError, match="float32 tensor"):
+        round_to_tf32(torch.ones(3, dtype=torch.float64))
+    with pytest.raises(TypeError, match="float32 tensor"):
+        round_to_tf32([1.0])  # type: ignore[arg-type]
