@@ -65,8 +65,8 @@ def test_selftest_passes_in_the_interpreter_and_is_cached() -> None:
 def test_a_broken_kernel_fails_the_selftest(monkeypatch: pytest.MonkeyPatch, clean_state: None) -> None:
     real = triton_selftest.accumulate
 
-    def off_by_one_ulp(a, b, preset, plan, config=None):  # type: ignore[no-untyped-def]
-        out = real(a, b, preset, plan, config)
+    def off_by_one_ulp(a, b, preset, plan, config=None, launch=None):  # type: ignore[no-untyped-def]
+        out = real(a, b, preset, plan, config, launch=launch)
         if preset.block_size == 16:  # break only the ada specialisation
             out = (out.view(torch.int32) ^ 1).view(torch.float32)
         return out
@@ -78,6 +78,23 @@ def test_a_broken_kernel_fails_the_selftest(monkeypatch: pytest.MonkeyPatch, cle
     assert bad.kernel == "chain_gemm_rz[B=16,F=13] tile 64x64/1w"
     assert "outputs differ from the reference backend" in bad.reason and "expected 0x" in bad.reason
     assert "chain_gemm_rz[B=16,F=13]" in report.summary()
+
+
+@needs_triton
+def test_a_fault_only_in_the_parallel_chains_launch_fails_the_selftest(monkeypatch: pytest.MonkeyPatch,
+                                                                        clean_state: None) -> None:
+    """The self-test runs every case with every launch a call may use, the parallel-chains one included."""
+    real = triton_selftest.accumulate
+
+    def broken_when_parallel(a, b, preset, plan, config=None, launch=None):  # type: ignore[no-untyped-def]
+        out = real(a, b, preset, plan, config, launch=launch)
+        if launch is not None and launch.parallel_chains and len(plan.parts) > 1:
+            out = (out.view(torch.int32) ^ 1).view(torch.float32)
+        return out
+
+    monkeypatch.setattr(triton_selftest, "accumulate", broken_when_parallel)
+    report = triton_selftest.selftest("cpu", refresh=True)
+    assert not report.passed and "parallel chains True" in report.summary(), report.summary()
 
 
 @needs_triton

@@ -134,6 +134,60 @@ def test_edge_tiles(config: TileConfig) -> None:
     check(a[:1], b[:1], ADA, True, NONE, config)  # M = N = 1
 
 
+#: (split, fast): slow accumulation (a chain per 4 blocks), every split scheme, and one part of one chain
+PARALLEL_CASES = [(NONE, False), (SplitK(3, Scheme.CONTIGUOUS), True), (SplitK(3, Scheme.PAIRWISE), False),
+                  (SplitK(2, Scheme.SERIAL), True), (SplitK(4, Scheme.PAIRWISE), True), (NONE, True)]
+
+
+@pytest.mark.parametrize(("split", "fast"), PARALLEL_CASES, ids=repr)
+def test_parallel_chains_give_the_same_bits(split: SplitK, fast: bool, formulation: Formulation) -> None:
+    """Few outputs: one program per (chain, tile), the chain results added per part in K order and the
+    parts combined in the plan's order afterwards: bit for bit the reference (both presets, M = N = 1,
+    tiles cut by the matrix edge, parts that own no chain)."""
+    if formulation is not Formulation.RZ:
+        pytest.skip("the parallel launch belongs to the second formulation")
+    k = 272 + 32 * split.parts  # 3 to 4 parts of up to 3 tiles, some of them empty
+    a, b = adversarial_codes(9, k, "e4m3", 300 + split.parts), adversarial_codes(13, k, "e5m2", 400 + split.parts)
+    # one tile, or (once) 2 x 2 tiles that the matrix edge cuts
+    tile = TileConfig(8, 8, 1) if split == SplitK(3, Scheme.PAIRWISE) else TileConfig(16, 16, 1)
+    for preset in (HOPPER, ADA):
+        plan = plan_accumulation(k, fast=fast, split=split)
+        want = reference.accumulate(a, b, preset, plan)
+        assert_bitwise_equal(accumulate(a, b, preset, plan, launch=triton_backend.Launch(tile, True)), want)
+    assert_bitwise_equal(accumulate(a[:1], b[:1], ADA, plan, launch=triton_backend.Launch(TileConfig(16, 16, 1), True)),
+                         want[:1, :1])
+
+
+def test_parallel_chains_recompute_outputs_meeting_inf(formulation: Formulation) -> None:
+    if formulation is not Formulation.RZ:
+        pytest.skip("the parallel launch belongs to the second formulation")
+    a = adversarial_codes(4, 160, "e4m3", 71)
+    b = adversarial_codes(5, 160, "e5m2", 72).view(torch.uint8).clone()
+    b[2, 40] = 0x7C  # +Inf in E5M2
+    b = b.view(torch.float8_e5m2)
+    plan = plan_accumulation(160, fast=False, split=SplitK(2, Scheme.SERIAL))
+    got = accumulate(a, b, HOPPER, plan, launch=triton_backend.Launch(TileConfig(8, 8, 1), True))
+    assert_bitwise_equal(got, reference.accumulate(a, b, HOPPER, plan))
+
+
+def test_choose_launch_cuts_the_work_finer_only_when_the_grid_leaves_sms_idle() -> None:
+    choose = triton_backend.choose_launch
+    big = choose(2048, 5760, 1, 132)  # the Evo 2 shape: 1,440 default tiles
+    assert big == triton_backend.Launch(triton_backend.RZ_GPU_CONFIG, False)
+    assert choose(2048, 5760, 15, 132) == triton_backend.Launch(triton_backend.RZ_GENERAL_GPU_CONFIG, False)
+    few = choose(64, 5760, 15, 132)  # 90 general tiles on 132 SMs: every chain a program
+    assert few.parallel_chains and few.tile in triton_backend.SMALL_GRID_TILES
+    one = choose(64, 5760, 1, 132)  # one chain is sequential: smaller tiles, no chain programs
+    assert not one.parallel_chains and one.tile in triton_backend.SMALL_GRID_TILES
+    assert one.tile.block_m * one.tile.block_n < triton_backend.RZ_GPU_CONFIG.block_m * triton_backend.RZ_GPU_CONFIG.block_n
+    assert choose(1, 1, 15, 24).parallel_chains
+    # every chain's result for every output must fit the workspace, else one program per tile
+    huge = triton_backend.PARALLEL_WORKSPACE_BYTES // (4 * 64 * 64) + 1
+    assert choose(64, 64, huge, 132) == triton_backend.Launch(triton_backend.RZ_GENERAL_GPU_CONFIG, False)
+    with pytest.raises(ValueError, match="sms"):
+        choose(64, 64, 1, 0)
+
+
 def test_tile_configs_cuda_would_refuse_are_refused_at_construction() -> None:
     for bad in ((48, 64, 4), (64, 64, 3), (64, 64, 64), (0, 64, 4), (2048, 64, 4)):
         with pytest.raises(ValueError, match="power of two"):

@@ -49,7 +49,7 @@ from typing import Any
 
 import torch
 
-from ...accumulation import AccumulationPlan, flatten_plan
+from ...accumulation import AccumulationPlan, combine_parts, flatten_plan
 from ...errors import BackendUnavailableError
 from ...formats import FP8_DTYPES, decode_fp8
 from ...model import block_sum_exact_in_fp32
@@ -63,6 +63,11 @@ __all__ = [
     "RZ_GPU_CONFIG",
     "RZ_GENERAL_GPU_CONFIG",
     "INTERPRETER_CONFIG",
+    "SMALL_GRID_TILES",
+    "PROGRAMS_PER_SM",
+    "PARALLEL_WORKSPACE_BYTES",
+    "Launch",
+    "choose_launch",
     "Formulation",
     "FORMULATION",
     "rz_expresses",
@@ -133,6 +138,81 @@ RZ_GPU_CONFIG = TileConfig(128, 64, 4)
 RZ_GENERAL_GPU_CONFIG = TileConfig(128, 32, 4)
 #: Default under the interpreter: large tiles mean few programs and few interpreted operations.
 INTERPRETER_CONFIG = TileConfig(64, 64, 1)
+#: Tiles :func:`choose_launch` picks from when the default tile leaves SMs idle (few outputs), largest
+#: first; each is one of the variants tools/gpu_static.py compiles for every target.
+SMALL_GRID_TILES: tuple[TileConfig, ...] = (TileConfig(128, 64, 4), TileConfig(64, 32, 4), TileConfig(32, 32, 4),
+                                            TileConfig(16, 16, 1))
+#: Programs one SM runs at once in :func:`choose_launch`'s cost model (the one-chain kernel uses about 176
+#: registers a thread at 128 threads: two programs fit the 65,536 registers of an SM).
+PROGRAMS_PER_SM = 2
+#: Largest workspace (every chain's result for every output) the parallel-chains launch may allocate.
+PARALLEL_WORKSPACE_BYTES = 1 << 28
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How a call with the second formulation is launched.
+
+    Attributes:
+        tile: the output tile of one program.
+        parallel_chains: one program per (chain, tile), the chain results combined afterwards in the
+            plan's order (:func:`mmaemu.accumulation.combine_parts`); else one program per tile walks
+            every chain and part itself. Both give the same bits.
+    """
+
+    tile: TileConfig
+    parallel_chains: bool
+
+
+def _programs(m: int, n: int, tile: TileConfig) -> int:
+    return -(-m // tile.block_m) * -(-n // tile.block_n)
+
+
+def _modelled_time(m: int, n: int, items_per_tile: int, tile: TileConfig, sms: int) -> float:
+    """Relative time of a launch: the busiest SM runs q = ceil(programs / sms) programs of the tile's
+    outputs each, at a rate proportional to its resident warps up to 4 (one per scheduler); a thread
+    holding o outputs issues about 5 o + 6 sqrt(o) instructions per k step (three fmas and the
+    exponent pass per output, three loads per row and per column it holds)."""
+    q = -(-_programs(m, n, tile) * items_per_tile // sms)
+    outputs = tile.block_m * tile.block_n
+    per_thread = max(1.0, outputs / (32 * tile.num_warps))
+    return q * outputs * (5 + 6 / per_thread**0.5) / min(4, q * tile.num_warps)
+
+
+def choose_launch(m: int, n: int, n_chains: int, sms: int) -> Launch:
+    """The launch for ``m x n`` outputs of a plan with ``n_chains`` chains on a GPU with ``sms`` SMs.
+
+    When the default tile (:data:`RZ_GPU_CONFIG` for one chain, :data:`RZ_GENERAL_GPU_CONFIG` else) gives
+    at least ``PROGRAMS_PER_SM * sms`` programs, it is used as is. Otherwise (few outputs: the seeds'
+    quickstart launches 90 programs on 132 SMs) the work is cut finer: with several chains (slow
+    accumulation, split-K) each (chain, tile) becomes a program of its own (when every chain's result
+    fits :data:`PARALLEL_WORKSPACE_BYTES`), and the tile is the one of :data:`SMALL_GRID_TILES` with the
+    least modelled time (the busiest SM's programs times their outputs and the instructions an output
+    costs, divided by its resident warps up to 4; ties: the larger tile). A chain itself is sequential (each block's ``c`` enters the next), so
+    one chain over few outputs stays one program per tile. The model ignores memory and latency: it
+    only ranks launches, and no GPU has timed them.
+
+    Example:
+        >>> choose_launch(2048, 5760, 1, 132)
+        Launch(tile=TileConfig(block_m=128, block_n=64, num_warps=4), parallel_chains=False)
+        >>> choose_launch(16, 64, 15, 132).parallel_chains
+        True
+    """
+    base = RZ_GPU_CONFIG if n_chains == 1 else RZ_GENERAL_GPU_CONFIG
+    if sms < 1:
+        raise ValueError(f"sms must be at least 1, got {sms}")
+    if _programs(m, n, base) >= PROGRAMS_PER_SM * sms:
+        return Launch(base, False)
+    parallel = n_chains > 1
+    if parallel:
+        padded = max(-(-m // t.block_m) * t.block_m * -(-n // t.block_n) * t.block_n for t in SMALL_GRID_TILES)
+        if n_chains * padded * 4 > PARALLEL_WORKSPACE_BYTES:
+            return Launch(base, False)
+    items = n_chains if parallel else 1
+    tiles = SMALL_GRID_TILES if parallel or n_chains == 1 else (base,)
+    best = min(tiles, key=lambda t: _modelled_time(m, n, items, t, sms))
+    return Launch(best, parallel)
+
 
 _TRITON_ERROR: str | None = None
 _KERNELS: ModuleType | None = None
@@ -257,6 +337,7 @@ def accumulate(
     preset: Preset,
     plan: AccumulationPlan,
     config: TileConfig | None = None,
+    launch: Launch | None = None,
 ) -> torch.Tensor:
     """fp32 accumulators ``[M, N]`` of FP8 ``a [M, K]`` and ``b [N, K]`` under ``plan``.
 
@@ -271,6 +352,9 @@ def accumulate(
         preset: the arithmetic; presets the kernel does not express go to the reference backend.
         plan: the accumulation plan for K.
         config: launch tile; default :data:`GPU_CONFIG` (or :data:`INTERPRETER_CONFIG`).
+        launch: the second formulation's launch (tile and whether chains run in parallel); default
+            :func:`choose_launch` for the device (under the interpreter: :data:`INTERPRETER_CONFIG`,
+            one program per tile). Overrides ``config``.
 
     Returns:
         fp32 ``[M, N]`` on the operands' device; see the module docstring for NaN, Inf and -0.
@@ -291,10 +375,15 @@ def accumulate(
         return torch.zeros((m, n), dtype=torch.float32, device=a.device)
     flat = flatten_plan(plan)
     if FORMULATION is Formulation.RZ and rz_expresses(preset):
-        one_chain = len(plan.parts) == 1 and len(flat.chain_starts) == 2
-        default = RZ_GPU_CONFIG if one_chain else RZ_GENERAL_GPU_CONFIG
-        cfg = config or (INTERPRETER_CONFIG if interpreting() else default)
-        return _accumulate_rz(a, b, preset, plan, flat, cfg)
+        if launch is None:
+            if config is not None:
+                launch = Launch(config, False)
+            elif interpreting():
+                launch = Launch(INTERPRETER_CONFIG, False)
+            else:
+                sms = torch.cuda.get_device_properties(a.device).multi_processor_count
+                launch = choose_launch(m, n, len(flat.chain_starts) - 1, sms)
+        return _accumulate_rz(a, b, preset, plan, flat, launch)
     cfg = config or (INTERPRETER_CONFIG if interpreting() else GPU_CONFIG)
     chain_starts, part_starts, order, role = flat.chain_starts, flat.part_chains, flat.order, flat.role
     perm = None if flat.identity else flat.k_order.to(a.device)
@@ -382,8 +471,9 @@ def _decode_rz(x: torch.Tensor, k_index: torch.Tensor, rows: int) -> tuple[torch
 
 
 def _accumulate_rz(a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: AccumulationPlan, flat: Any,
-                   cfg: TileConfig) -> torch.Tensor:
+                   launch: Launch) -> torch.Tensor:
     """:func:`accumulate` with the second formulation (the caller checked :func:`rz_expresses`)."""
+    cfg = launch.tile
     m, n = a.shape[0], b.shape[0]
     n_parts = len(plan.parts)
     starts, index = _padded_layout(list(flat.chain_starts), preset.block_size)
@@ -402,9 +492,15 @@ def _accumulate_rz(a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: Accum
     part_t = meta[n_chains + 1 : n_chains + 2 + n_parts]
     order_d = meta[n_chains + 2 + n_parts : n_chains + 2 + 2 * n_parts]
     role_t = meta[n_chains + 2 + 2 * n_parts :]
-    out = torch.empty((m, n), dtype=torch.float32, device=a.device)
     tiles_n = np_ // cfg.block_n
     programs = mp // cfg.block_m * tiles_n
+    if launch.parallel_chains and n_chains > 1:
+        out = _parallel_chains(ap, an, ea, bp, bn, eb, chain_t, programs * n_chains, preset, plan, flat, launch,
+                               mp, np_)[:m, :n]
+        if a_inf or b_inf:
+            reference.recompute_infinite(out, a, b, preset, plan)
+        return out
+    out = torch.empty((m, n), dtype=torch.float32, device=a.device)
     if programs > MAX_PROGRAMS:
         raise ValueError(f"{m} x {n} outputs need {programs} tiles of {cfg.block_m} x {cfg.block_n}, more than "
                          f"CUDA's grid holds ({MAX_PROGRAMS}); use a larger TileConfig")
@@ -418,3 +514,31 @@ def _accumulate_rz(a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: Accum
     if a_inf or b_inf:  # Inf codes were zeros in the kernel: their outputs follow IEEE
         reference.recompute_infinite(out, a, b, preset, plan)
     return out
+
+
+def _parallel_chains(ap: torch.Tensor, an: torch.Tensor, ea: torch.Tensor, bp: torch.Tensor, bn: torch.Tensor,
+                     eb: torch.Tensor, chain_t: torch.Tensor, programs: int, preset: Preset, plan: AccumulationPlan,
+                     flat: Any, launch: Launch, mp: int, np_: int) -> torch.Tensor:
+    """Every chain of every tile as a program of its own, then the kernel's additions in torch: per part
+    its chains' results from +0 in K order, then the parts in the plan's order (fp32, round to nearest
+    even, on the operands' device). Returns ``[MP, NP]``."""
+    cfg = launch.tile
+    n_chains = len(flat.chain_starts) - 1
+    if programs > MAX_PROGRAMS:
+        raise ValueError(f"{n_chains} chains of {mp} x {np_} outputs need {programs} programs, more than CUDA's "
+                         f"grid holds ({MAX_PROGRAMS}); launch with parallel_chains=False")
+    chains = torch.empty((n_chains, mp, np_), dtype=torch.float32, device=ap.device)
+    tiles_n = np_ // cfg.block_n
+    with _on_device(ap.device):
+        _kernels().chains_rz_kernel[(programs,)](
+            ap, an, ea, bp, bn, eb, chains, chain_t, mp, np_, programs // n_chains, tiles_n,
+            BLOCK=preset.block_size, FRAC=preset.frac_bits, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+            NATIVE_RZ=not interpreting(), num_warps=cfg.num_warps, enable_fp_fusion=False,
+        )
+    partials = []
+    for p in range(len(plan.parts)):
+        total = torch.zeros((mp, np_), dtype=torch.float32, device=ap.device)
+        for ch in range(flat.part_chains[p], flat.part_chains[p + 1]):
+            total = total + chains[ch]
+        partials.append(total)
+    return combine_parts(partials, plan.split.scheme)

@@ -152,6 +152,50 @@ if triton is not None:
         else:
             return d + tl.floor(x * y * inv_u) * u
 
+    @triton.jit
+    def _rz_chain(ap_ptr, an_ptr, ea_ptr, bp_ptr, bn_ptr, eb_ptr, k_start, k_stop, rm, rn, MP, NP,
+                  BLOCK: tl.constexpr, FRAC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                  NATIVE_RZ: tl.constexpr):
+        """One chain of the second formulation over the padded k range ``[k_start, k_stop)`` for the
+        output rows ``rm`` and columns ``rn``, from c = +0: its fp32 result (see chain_gemm_rz_kernel)."""
+        keep = ~((1 << (23 - FRAC)) - 1)
+        one = tl.full([BLOCK_M, BLOCK_N], 1.0, dtype=tl.float32)
+        c = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        for b0 in range(k_start, k_stop, BLOCK):
+            e_max = _exponent_of(c)
+            a_e = ea_ptr + tl.cast(b0, tl.int64) * MP + rm
+            b_e = eb_ptr + tl.cast(b0, tl.int64) * NP + rn
+            for kk in tl.range(0, BLOCK, loop_unroll_factor=1):  # one k per iteration
+                ea = tl.load(a_e)
+                eb = tl.load(b_e)
+                e_max = tl.maximum(e_max, ea[:, None] + eb[None, :])
+                a_e += MP
+                b_e += NP
+            e_max = tl.minimum(tl.maximum(e_max, E_MIN), E_MAX)
+            big = (((23 + e_max - FRAC + 127) << 23) | (1 << 22)).to(tl.float32, bitcast=True)  # 1.5 2**23 u
+            u = ((e_max - FRAC + 127) << 23).to(tl.float32, bitcast=True)
+            inv_u = ((FRAC - e_max + 127) << 23).to(tl.float32, bitcast=True)
+            acc_all = _fma_rz(tl.abs(c), one, big, u, inv_u, NATIVE_RZ)
+            acc_neg = tl.where(c < 0, acc_all, big)  # c, e_max and big are dead from here
+            a_off = tl.cast(b0, tl.int64) * MP + rm
+            b_off = tl.cast(b0, tl.int64) * NP + rn
+            for kk in tl.range(0, BLOCK, loop_unroll_factor=1):
+                ap = tl.load(ap_ptr + a_off)
+                an = tl.load(an_ptr + a_off)
+                bp = tl.load(bp_ptr + b_off)
+                bn = tl.load(bn_ptr + b_off)
+                acc_all = _fma_rz((ap + an)[:, None], (bp + bn)[None, :], acc_all, u, inv_u, NATIVE_RZ)
+                acc_neg = _fma_rz(an[:, None], bp[None, :], acc_neg, u, inv_u, NATIVE_RZ)
+                acc_neg = _fma_rz(ap[:, None], bn[None, :], acc_neg, u, inv_u, NATIVE_RZ)
+                a_off += MP
+                b_off += NP
+            # big from acc_all's binade (ulp u), not kept live through the loop; then the block sum
+            # (acc_all - big) - 2 (acc_neg - big), exact: multiples of u below 2**23 u
+            big = ((acc_all.to(tl.int32, bitcast=True) & 0x7F800000) | (1 << 22)).to(tl.float32, bitcast=True)
+            s = (acc_all - big) - 2.0 * (acc_neg - big)
+            c = (s.to(tl.int32, bitcast=True) & keep).to(tl.float32, bitcast=True)  # F + 1 bits
+        return c
+
     @triton.jit(do_not_specialize=["M", "N", "MP", "NP", "n_parts", "tiles_n"])
     def chain_gemm_rz_kernel(
         ap_ptr,  # fp32 [KP, MP]: max(a, 0), k-major, k in the plan's order, each chain padded to BLOCK
@@ -192,8 +236,6 @@ if triton is not None:
         pid_n = pid % tiles_n
         rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        keep = ~((1 << (23 - FRAC)) - 1)
-        one = tl.full([BLOCK_M, BLOCK_N], 1.0, dtype=tl.float32)
         total = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
         held = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
         for q in range(0, n_parts):
@@ -205,40 +247,8 @@ if triton is not None:
             for ch in range(first_chain, last_chain):
                 k_start = tl.load(chain_ptr + ch)
                 k_stop = tl.load(chain_ptr + ch + 1)
-                c = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-                for b0 in range(k_start, k_stop, BLOCK):
-                    e_max = _exponent_of(c)
-                    a_e = ea_ptr + tl.cast(b0, tl.int64) * MP + rm
-                    b_e = eb_ptr + tl.cast(b0, tl.int64) * NP + rn
-                    for kk in tl.range(0, BLOCK, loop_unroll_factor=1):  # one k per iteration
-                        ea = tl.load(a_e)
-                        eb = tl.load(b_e)
-                        e_max = tl.maximum(e_max, ea[:, None] + eb[None, :])
-                        a_e += MP
-                        b_e += NP
-                    e_max = tl.minimum(tl.maximum(e_max, E_MIN), E_MAX)
-                    big = (((23 + e_max - FRAC + 127) << 23) | (1 << 22)).to(tl.float32, bitcast=True)  # 1.5 2**23 u
-                    u = ((e_max - FRAC + 127) << 23).to(tl.float32, bitcast=True)
-                    inv_u = ((FRAC - e_max + 127) << 23).to(tl.float32, bitcast=True)
-                    acc_all = _fma_rz(tl.abs(c), one, big, u, inv_u, NATIVE_RZ)
-                    acc_neg = tl.where(c < 0, acc_all, big)  # c, e_max and big are dead from here
-                    a_off = tl.cast(b0, tl.int64) * MP + rm
-                    b_off = tl.cast(b0, tl.int64) * NP + rn
-                    for kk in tl.range(0, BLOCK, loop_unroll_factor=1):
-                        ap = tl.load(ap_ptr + a_off)
-                        an = tl.load(an_ptr + a_off)
-                        bp = tl.load(bp_ptr + b_off)
-                        bn = tl.load(bn_ptr + b_off)
-                        acc_all = _fma_rz((ap + an)[:, None], (bp + bn)[None, :], acc_all, u, inv_u, NATIVE_RZ)
-                        acc_neg = _fma_rz(an[:, None], bp[None, :], acc_neg, u, inv_u, NATIVE_RZ)
-                        acc_neg = _fma_rz(ap[:, None], bn[None, :], acc_neg, u, inv_u, NATIVE_RZ)
-                        a_off += MP
-                        b_off += NP
-                    # big from acc_all's binade (ulp u), not kept live through the loop; then the block sum
-                    # (acc_all - big) - 2 (acc_neg - big), exact: multiples of u below 2**23 u
-                    big = ((acc_all.to(tl.int32, bitcast=True) & 0x7F800000) | (1 << 22)).to(tl.float32, bitcast=True)
-                    s = (acc_all - big) - 2.0 * (acc_neg - big)
-                    c = (s.to(tl.int32, bitcast=True) & keep).to(tl.float32, bitcast=True)  # F + 1 bits
+                c = _rz_chain(ap_ptr, an_ptr, ea_ptr, bp_ptr, bn_ptr, eb_ptr, k_start, k_stop, rm, rn, MP, NP,
+                              BLOCK, FRAC, BLOCK_M, BLOCK_N, NATIVE_RZ)
                 if ONE_CHAIN:
                     total = c
                 else:
@@ -247,3 +257,41 @@ if triton is not None:
                 held, total = _combine(q, role, part_total, held, total)
         offs = rm.to(tl.int64)[:, None] * N + rn[None, :]
         tl.store(out_ptr + offs, total, mask=(rm < M)[:, None] & (rn < N)[None, :])
+
+    @triton.jit(do_not_specialize=["MP", "NP", "tiles", "tiles_n"])
+    def chains_rz_kernel(
+        ap_ptr,  # as chain_gemm_rz_kernel
+        an_ptr,
+        ea_ptr,
+        bp_ptr,
+        bn_ptr,
+        eb_ptr,
+        out_ptr,  # fp32 [n_chains, MP, NP]: every chain's result, for every (padded) output
+        chain_ptr,  # int32 [n_chains + 1]
+        MP,
+        NP,
+        tiles,  # output tiles (MP / BLOCK_M) * (NP / BLOCK_N)
+        tiles_n,
+        BLOCK: tl.constexpr,
+        FRAC: tl.constexpr,
+        BLOCK_M: tl.constexpr,
+        BLOCK_N: tl.constexpr,
+        NATIVE_RZ: tl.constexpr,
+    ):
+        """Parallelism for few outputs: one program per (chain, output tile), program id
+        ``chain * tiles + tile``. Each writes its chain's result; the launcher then adds the chain
+        results of every part in K order and combines the parts in the plan's order, with the same
+        fp32 additions (round to nearest even) as chain_gemm_rz_kernel, so the bits are the same."""
+        pid = tl.program_id(0)
+        ch = pid // tiles
+        tile = pid % tiles
+        pid_m = tile // tiles_n
+        pid_n = tile % tiles_n
+        rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        k_start = tl.load(chain_ptr + ch)
+        k_stop = tl.load(chain_ptr + ch + 1)
+        c = _rz_chain(ap_ptr, an_ptr, ea_ptr, bp_ptr, bn_ptr, eb_ptr, k_start, k_stop, rm, rn, MP, NP,
+                      BLOCK, FRAC, BLOCK_M, BLOCK_N, NATIVE_RZ)
+        offs = tl.cast(ch, tl.int64) * MP * NP + rm.to(tl.int64)[:, None] * NP + rn[None, :]
+        tl.store(out_ptr + offs, c)

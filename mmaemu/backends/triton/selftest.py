@@ -30,7 +30,9 @@ from .backend import (
     INTERPRETER_CONFIG,
     RZ_GENERAL_GPU_CONFIG,
     RZ_GPU_CONFIG,
+    SMALL_GRID_TILES,
     Formulation,
+    Launch,
     TileConfig,
     accumulate,
     available,
@@ -165,34 +167,53 @@ def variant_name(preset: Preset, device: torch.device) -> str:
     if device.type == "cpu" or interpreting():
         return f"{kernel_name(preset)} tile {tile(INTERPRETER_CONFIG)}"
     if FORMULATION is Formulation.RZ and rz_expresses(preset):
-        return f"{kernel_name(preset)} tiles {tile(RZ_GPU_CONFIG)}, general {tile(RZ_GENERAL_GPU_CONFIG)}"
+        small = ", ".join(tile(t) for t in SMALL_GRID_TILES)
+        return (f"{kernel_name(preset)} tiles {tile(RZ_GPU_CONFIG)}, general {tile(RZ_GENERAL_GPU_CONFIG)}, "
+                f"few outputs {small} (one program per tile, and per chain and tile)")
     return f"{kernel_name(preset)} tile {tile(GPU_CONFIG)}"
+
+
+def _launches(preset: Preset, device: torch.device) -> list[Launch | None]:
+    """Every launch a call with ``preset`` may use on ``device`` (None: the default one): the self-test runs
+    each case with each, so every compiled variant that :func:`~mmaemu.backends.triton.backend.choose_launch`
+    can pick is checked before its first use."""
+    if not (FORMULATION is Formulation.RZ and rz_expresses(preset)):
+        return [None]
+    if device.type == "cpu" or interpreting():
+        return [None, Launch(INTERPRETER_CONFIG, True)]
+    return ([None, Launch(RZ_GENERAL_GPU_CONFIG, False)] + [Launch(t, False) for t in SMALL_GRID_TILES]
+            + [Launch(t, True) for t in SMALL_GRID_TILES])
 
 
 def _check_kernel(preset: Preset, device: torch.device) -> KernelResult:
     name = variant_name(preset, device)
+    launches = _launches(preset, device)
     for case in CASES:
         a, b = _operands(case)
         plan = plan_accumulation(case.k, fast=case.fast, split=case.split)
         expected = reference.accumulate(a, b, preset, plan)
-        try:
-            got = accumulate(a.to(device), b.to(device), preset, plan).cpu()
-        except Exception as exc:  # noqa: BLE001 - any failure to compile or run disqualifies the kernel
-            return KernelResult(name, False, f"case {case.name!r} raised {type(exc).__name__}: {exc}")
-        if got.shape != expected.shape:
-            return KernelResult(name, False, f"case {case.name!r}: shape {tuple(got.shape)}, expected "
-                                f"{tuple(expected.shape)}")
-        got_bits, want_bits = got.view(torch.int32), expected.view(torch.int32)
-        differ = got_bits != want_bits
-        if bool(differ.any()):
-            i, j = (int(v) for v in differ.nonzero()[0])
-            return KernelResult(
-                name, False,
-                f"case {case.name!r}: {int(differ.sum())} of {differ.numel()} outputs differ from the reference "
-                f"backend; first at ({i}, {j}): 0x{int(got_bits[i, j]) & 0xFFFFFFFF:08x}, expected "
-                f"0x{int(want_bits[i, j]) & 0xFFFFFFFF:08x}",
-            )
-    return KernelResult(name, True, f"{len(CASES)} problems bit-exact")
+        for launch in launches:
+            how = "" if launch is None else (f" (tile {launch.tile.block_m}x{launch.tile.block_n}/"
+                                             f"{launch.tile.num_warps}w, parallel chains {launch.parallel_chains})")
+            try:
+                got = accumulate(a.to(device), b.to(device), preset, plan, launch=launch).cpu()
+            except Exception as exc:  # noqa: BLE001 - any failure to compile or run disqualifies the kernel
+                return KernelResult(name, False, f"case {case.name!r}{how} raised {type(exc).__name__}: {exc}")
+            if got.shape != expected.shape:
+                return KernelResult(name, False, f"case {case.name!r}{how}: shape {tuple(got.shape)}, expected "
+                                    f"{tuple(expected.shape)}")
+            got_bits, want_bits = got.view(torch.int32), expected.view(torch.int32)
+            differ = got_bits != want_bits
+            if bool(differ.any()):
+                i, j = (int(v) for v in differ.nonzero()[0])
+                return KernelResult(
+                    name, False,
+                    f"case {case.name!r}{how}: {int(differ.sum())} of {differ.numel()} outputs differ from the "
+                    f"reference backend; first at ({i}, {j}): 0x{int(got_bits[i, j]) & 0xFFFFFFFF:08x}, expected "
+                    f"0x{int(want_bits[i, j]) & 0xFFFFFFFF:08x}",
+                )
+    runs = len(CASES) * len(launches)
+    return KernelResult(name, True, f"{len(CASES)} problems bit-exact ({runs} runs: every launch it may use)")
 
 
 def device_key(device: torch.device) -> str:
