@@ -98,6 +98,28 @@ def test_a_fault_only_in_the_parallel_chains_launch_fails_the_selftest(monkeypat
 
 
 @needs_triton
+def test_a_failing_sm90_formulation_is_switched_off_and_the_exact_one_runs(monkeypatch: pytest.MonkeyPatch,
+                                                                          clean_state: None) -> None:
+    """Where the GPU's own instruction disagrees with the reference in the self-test, it is never used on
+    that device: the exactly-defined formulation is self-tested and runs instead. (Here the interpreter
+    plays the sm_90 GPU: its tl.dot is a float matmul, which the adversarial cases catch.)"""
+    if not triton_backend.interpreting():  # pragma: no cover
+        pytest.skip("kernels compiled for a GPU")
+    off: set[str] = set()
+
+    def applies(preset: Preset, device: torch.device) -> bool:
+        return preset.block_size == 32 and str(device) not in off
+
+    for module in (triton_backend, triton_selftest):
+        monkeypatch.setattr(module, "native_applies", applies)
+    monkeypatch.setattr(triton_backend, "_NATIVE_OFF", off)
+    result = triton_selftest.selftest_kernel("cpu", mmaemu.presets.HOPPER, refresh=True)
+    assert off == {"cpu"}
+    assert result.passed and result.kernel.startswith("chain_gemm_rz[B=32,F=13]"), result
+    assert "the sm_90 formulation is off on cpu" in result.reason and "differ from the reference" in result.reason
+
+
+@needs_triton
 def test_a_registered_presets_kernel_is_selftested_on_first_use(monkeypatch: pytest.MonkeyPatch,
                                                                  clean_state: None) -> None:
     """A preset with another (B, F) runs a kernel variant the device-level self-test never ran: it is

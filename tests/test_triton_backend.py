@@ -188,6 +188,53 @@ def test_choose_launch_cuts_the_work_finer_only_when_the_grid_leaves_sms_idle() 
         choose(64, 64, 1, 0)
 
 
+def _small_integers(rows: int, k: int, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(-3, 4, (rows, k), generator=g).float().to(torch.float8_e4m3fn)
+
+
+@pytest.mark.parametrize(("split", "fast"), [(NONE, True), (NONE, False), (SplitK(3, Scheme.PAIRWISE), True),
+                                             (SplitK(2, Scheme.SERIAL), False)], ids=repr)
+def test_the_sm90_formulations_layout_in_the_interpreter(split: SplitK, fast: bool, formulation: Formulation) -> None:
+    """The interpreter cannot run the GPU's FP8 instruction (its tl.dot is a float matmul), so this checks
+    what it can: the padded k order, the chains and the combination, the tile edges and NaN/Inf codes
+    entering as zeros, on data where every sum is exact (small integers: the model truncates nothing)."""
+    if formulation is not Formulation.RZ:
+        pytest.skip("one run suffices")
+    k = 272 + 16 * split.parts
+    a, b = _small_integers(130, k, 1), _small_integers(5, k, 2)
+    codes = a.view(torch.uint8).clone()
+    codes[3, 7] = 0x7F  # NaN: the kernel reads +0 (the caller writes NaN over the row afterwards)
+    nan_a = codes.view(torch.float8_e4m3fn)
+    plan = plan_accumulation(k, fast=fast, split=split)
+    got = triton_backend._accumulate_native(nan_a, b, HOPPER, plan, triton_backend.flatten_plan(plan))
+    zeroed = codes.clone()
+    zeroed[3, 7] = 0
+    assert_bitwise_equal(got, reference.accumulate(zeroed.view(torch.float8_e4m3fn), b, HOPPER, plan))
+
+
+def test_the_sm90_formulation_applies_only_there_and_to_the_hopper_arithmetic(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(triton_backend, "interpreting", lambda: False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    capability = [(9, 0)]
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability[0])
+    gpu = torch.device("cuda", 0)
+    assert triton_backend.native_applies(HOPPER, gpu)
+    assert triton_backend.native_applies(mmaemu.presets.Preset("same-arithmetic", block_size=32, frac_bits=13), gpu)
+    assert not triton_backend.native_applies(ADA, gpu)
+    assert not triton_backend.native_applies(mmaemu.presets.Preset("f12", block_size=32, frac_bits=12), gpu)
+    assert not triton_backend.native_applies(HOPPER, torch.device("cpu"))
+    for other in ((8, 9), (10, 0), (12, 0), (9, 1)):
+        capability[0] = other
+        assert not triton_backend.native_applies(HOPPER, gpu), other
+    capability[0] = (9, 0)
+    monkeypatch.setenv(triton_backend.NATIVE_ENV, "0")
+    assert not triton_backend.native_applies(HOPPER, gpu)
+    monkeypatch.delenv(triton_backend.NATIVE_ENV)
+    monkeypatch.setattr(triton_backend, "_NATIVE_OFF", {"cuda:0"})
+    assert not triton_backend.native_applies(HOPPER, gpu)
+
+
 def test_tile_configs_cuda_would_refuse_are_refused_at_construction() -> None:
     for bad in ((48, 64, 4), (64, 64, 3), (64, 64, 64), (0, 64, 4), (2048, 64, 4)):
         with pytest.raises(ValueError, match="power of two"):

@@ -70,6 +70,11 @@ __all__ = [
     "choose_launch",
     "Formulation",
     "FORMULATION",
+    "NATIVE_GPU_CONFIG",
+    "NATIVE_CAPABILITY",
+    "NATIVE_ENV",
+    "native_applies",
+    "disable_native",
     "rz_expresses",
     "available",
     "interpreting",
@@ -214,6 +219,16 @@ def choose_launch(m: int, n: int, n_chains: int, sms: int) -> Launch:
     return Launch(best, parallel)
 
 
+#: The sm_90 formulation's tile (:func:`native_applies`): two warpgroups, one FP8 wgmma of 64 x 128 x 32
+#: each per block; ptxas (Triton 3.9) reports no spills on sm_90 (tools/gpu_static.py).
+NATIVE_GPU_CONFIG = TileConfig(128, 128, 8)
+#: The compute capability whose FP8 tensor-core instruction is the hopper preset's.
+NATIVE_CAPABILITY = (9, 0)
+#: Environment variable: set to 0 to keep the sm_90 formulation off (the exactly-defined one runs).
+NATIVE_ENV = "MMAEMU_TRITON_NATIVE"
+#: Devices (``str(torch.device)``) where the sm_90 formulation failed its self-test or was switched off.
+_NATIVE_OFF: set[str] = set()
+
 _TRITON_ERROR: str | None = None
 _KERNELS: ModuleType | None = None
 
@@ -287,9 +302,47 @@ def rz_expresses(preset: Preset) -> bool:
     return expresses(preset) and (preset.block_size + 1) << (preset.frac_bits + 2) <= 1 << 22
 
 
-def kernel_name(preset: Preset) -> str:
-    """The name of the kernel specialisation that runs ``preset`` (as the self-test reports it)."""
-    kernel = "chain_gemm_rz" if FORMULATION is Formulation.RZ and rz_expresses(preset) else "chain_gemm"
+def _device_str(device: torch.device) -> str:
+    if device.type == "cuda" and device.index is None and torch.cuda.is_available():
+        device = torch.device("cuda", torch.cuda.current_device())
+    return str(device)
+
+
+def native_applies(preset: Preset, device: torch.device) -> bool:
+    """Whether a call runs the sm_90 formulation (:func:`~mmaemu.backends.triton.kernels.chain_gemm_native_kernel`):
+    the GPU's own FP8 tensor-core instruction, whose bits are the hardware's rather than exactly-defined
+    IEEE steps.
+
+    True only when all hold: the kernels are compiled (not the interpreter); ``device`` is a CUDA device of
+    compute capability 9.0 (H100, H200, GH200: the instruction the hopper preset describes); the preset's
+    arithmetic is the hopper preset's (B = 32, F = 13, aligned ``c``, truncation); the environment variable
+    ``MMAEMU_TRITON_NATIVE`` is not ``0``; and the formulation has not failed its self-test on the device
+    (:func:`disable_native`). The self-test (run before first use, as for every variant) compares it with
+    the reference backend; if it fails, the exactly-defined formulation runs instead.
+    """
+    import os
+
+    if os.environ.get(NATIVE_ENV, "1") == "0" or device.type != "cuda" or interpreting():
+        return False
+    if _device_str(device) in _NATIVE_OFF:
+        return False
+    if (preset.block_size, preset.frac_bits, preset.c_mode, preset.rounding) != (32, 13, CMode.ALIGNED,
+                                                                                  Rounding.TRUNCATE):
+        return False
+    return torch.cuda.is_available() and torch.cuda.get_device_capability(device) == NATIVE_CAPABILITY
+
+
+def disable_native(device: torch.device) -> None:
+    """Keep the sm_90 formulation off on ``device`` for this process (its self-test failed there)."""
+    _NATIVE_OFF.add(_device_str(device))
+
+
+def kernel_name(preset: Preset, device: torch.device | None = None) -> str:
+    """The name of the kernel specialisation that runs ``preset`` (on ``device``; as the self-test reports it)."""
+    if device is not None and native_applies(preset, device):
+        kernel = "chain_gemm_native"
+    else:
+        kernel = "chain_gemm_rz" if FORMULATION is Formulation.RZ and rz_expresses(preset) else "chain_gemm"
     return f"{kernel}[B={preset.block_size},F={preset.frac_bits}]"
 
 
@@ -374,6 +427,8 @@ def accumulate(
     if m == 0 or n == 0 or plan.k == 0:
         return torch.zeros((m, n), dtype=torch.float32, device=a.device)
     flat = flatten_plan(plan)
+    if launch is None and config is None and native_applies(preset, a.device):
+        return _accumulate_native(a, b, preset, plan, flat)
     if FORMULATION is Formulation.RZ and rz_expresses(preset):
         if launch is None:
             if config is not None:
@@ -542,3 +597,72 @@ def _parallel_chains(ap: torch.Tensor, an: torch.Tensor, ea: torch.Tensor, bp: t
             total = total + chains[ch]
         partials.append(total)
     return combine_parts(partials, plan.split.scheme)
+
+
+_NATIVE_TABLE_CACHE: dict[torch.device, dict[torch.dtype, tuple[torch.Tensor, torch.Tensor]]] = {}
+
+
+def _native_codes(x: torch.Tensor, k_index: torch.Tensor, rows: int) -> tuple[torch.Tensor, bool]:
+    """``[r, K]`` FP8 -> ``[rows, KP]`` FP8 codes in the padded plan order (padding, NaN and Inf codes as
+    +0, rows padded with +0); and whether an Inf code occurs."""
+    tables = _NATIVE_TABLE_CACHE.get(x.device)
+    if tables is None:
+        tables = {}
+        for dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+            d = decode_fp8(torch.arange(256, dtype=torch.int32).to(torch.uint8).view(dtype))
+            special = d.is_nan | d.is_inf
+            code = torch.where(special, torch.zeros(256, dtype=torch.int32), torch.arange(256, dtype=torch.int32))
+            tables[dtype] = (torch.cat([code, torch.zeros(1, dtype=torch.int32)]).to(torch.uint8).to(x.device),
+                             torch.cat([d.is_inf, torch.tensor([False])]).to(x.device))
+        _NATIVE_TABLE_CACHE[x.device] = tables
+    code_t, inf_t = tables[x.dtype]
+    codes = x.view(torch.uint8).to(torch.int32)
+    idx = torch.full((rows, k_index.numel()), 256, dtype=torch.int32, device=x.device)
+    if codes.shape[0]:
+        gathered = codes.index_select(1, k_index.clamp(min=0))
+        idx[: codes.shape[0]] = torch.where((k_index >= 0)[None, :], gathered, torch.full_like(gathered, 256))
+    flat_idx = idx.flatten()
+    has_inf = bool(inf_t.index_select(0, flat_idx).any())
+    return code_t.index_select(0, flat_idx).view(idx.shape).view(x.dtype), has_inf
+
+
+def _accumulate_native(a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: AccumulationPlan,
+                       flat: Any) -> torch.Tensor:
+    """:func:`accumulate` with the sm_90 formulation (the caller checked :func:`native_applies`)."""
+    cfg = NATIVE_GPU_CONFIG
+    m, n = a.shape[0], b.shape[0]
+    n_parts = len(plan.parts)
+    starts, index = _padded_layout(list(flat.chain_starts), preset.block_size)
+    if not flat.identity:
+        k_order = flat.k_order.to(torch.int64)
+        index = torch.where(index >= 0, k_order[index.clamp(min=0)], index)
+    k_index = index.to(a.device)
+    kp = k_index.numel()
+    if cfg.block_m * kp >= 2**31 or cfg.block_n * kp >= 2**31:
+        raise ValueError(f"K = {plan.k} is too long for the sm_90 formulation's 32-bit offsets inside a tile; "
+                         f"set {NATIVE_ENV}=0")
+    mp = -(-m // cfg.block_m) * cfg.block_m
+    np_ = -(-n // cfg.block_n) * cfg.block_n
+    a_codes, a_inf = _native_codes(a, k_index, mp)
+    b_codes, b_inf = _native_codes(b, k_index, np_)
+    meta = torch.tensor([*starts, *flat.part_chains, *flat.order, *flat.role], dtype=torch.int32, device=a.device)
+    n_chains = len(starts) - 1
+    chain_t = meta[: n_chains + 1]
+    part_t = meta[n_chains + 1 : n_chains + 2 + n_parts]
+    order_d = meta[n_chains + 2 + n_parts : n_chains + 2 + 2 * n_parts]
+    role_t = meta[n_chains + 2 + 2 * n_parts :]
+    out = torch.empty((m, n), dtype=torch.float32, device=a.device)
+    tiles_n = np_ // cfg.block_n
+    programs = mp // cfg.block_m * tiles_n
+    if programs > MAX_PROGRAMS:
+        raise ValueError(f"{m} x {n} outputs need {programs} tiles of {cfg.block_m} x {cfg.block_n}, more than "
+                         f"CUDA's grid holds ({MAX_PROGRAMS})")
+    with _on_device(a.device):
+        _kernels().chain_gemm_native_kernel[(programs,)](
+            a_codes, b_codes, out, chain_t, part_t, order_d, role_t, m, n, kp, n_parts, tiles_n,
+            DOT_K=preset.block_size, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+            ONE_CHAIN=n_parts == 1 and n_chains == 1, num_warps=cfg.num_warps, enable_fp_fusion=False,
+        )
+    if a_inf or b_inf:  # Inf codes were zeros in the kernel: their outputs follow IEEE
+        reference.recompute_infinite(out, a, b, preset, plan)
+    return out

@@ -295,3 +295,67 @@ if triton is not None:
                       BLOCK, FRAC, BLOCK_M, BLOCK_N, NATIVE_RZ)
         offs = tl.cast(ch, tl.int64) * MP * NP + rm.to(tl.int64)[:, None] * NP + rn[None, :]
         tl.store(out_ptr + offs, c)
+
+    @triton.jit(do_not_specialize=["M", "N", "n_parts", "tiles_n"])
+    def chain_gemm_native_kernel(
+        a_ptr,  # fp8 [MP, KP]: codes of a (NaN and Inf codes as +0), k in the plan's order, chains padded to BLOCK
+        b_ptr,  # fp8 [NP, KP]
+        out_ptr,  # fp32 [M, N]
+        chain_ptr,  # int32 [n_chains + 1]: chain c covers [chain[c], chain[c + 1]) of the padded k
+        part_ptr,  # int32 [n_parts + 1]
+        order_ptr,  # int32 [n_parts]
+        role_ptr,  # int32 [n_parts]
+        M,
+        N,
+        KP,  # padded K: the row stride of a and b
+        n_parts,
+        tiles_n,
+        DOT_K: tl.constexpr,  # k per tl.dot: a multiple of the instruction's K (32 for FP8 on sm_90)
+        BLOCK_M: tl.constexpr,
+        BLOCK_N: tl.constexpr,
+        ONE_CHAIN: tl.constexpr,
+    ):
+        """The sm_90 formulation: the GPU's own FP8 tensor-core instruction, one ``tl.dot`` per DOT_K / B
+        blocks (Triton issues one instruction of K = B per block, in k order), each chain's accumulator
+        passed from block to block (no promotion: Triton's default on sm_90 lets FP8 dots accumulate in
+        the instruction's accumulator), chains padded with zero blocks (a block of zero products leaves
+        c, which has at most F + 1 significant bits, unchanged), chains and parts added and
+        combined in fp32 as in chain_gemm_rz_kernel. Its bits are the hardware's, not exactly-defined
+        IEEE steps: the backend uses it only on sm_90 for the preset the instruction is (B = 32, F = 13,
+        aligned c, truncation), and only after the self-test has found it equal to the reference there;
+        the interpreter cannot run it (its tl.dot is a float matmul), the RZ kernel is its twin."""
+        pid = tl.program_id(0)
+        pid_m = pid // tiles_n
+        pid_n = pid % tiles_n
+        rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        rk = tl.arange(0, DOT_K)
+        a_offs = tl.arange(0, BLOCK_M)[:, None] * KP + rk[None, :]
+        b_offs = tl.arange(0, BLOCK_N)[None, :] * KP + rk[:, None]
+        total = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        held = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        for q in range(0, n_parts):
+            part = tl.load(order_ptr + q)
+            role = tl.load(role_ptr + q)
+            first_chain = tl.load(part_ptr + part)
+            last_chain = tl.load(part_ptr + part + 1)
+            part_total = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+            for ch in range(first_chain, last_chain):
+                k_start = tl.load(chain_ptr + ch)
+                k_stop = tl.load(chain_ptr + ch + 1)
+                c = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+                # a 64-bit base per tile and chain, 32-bit offsets inside the tile (BLOCK_M KP < 2**31)
+                a_base = a_ptr + (pid_m * BLOCK_M).to(tl.int64) * KP + k_start
+                b_base = b_ptr + (pid_n * BLOCK_N).to(tl.int64) * KP + k_start
+                for _ in range(k_start, k_stop, DOT_K):
+                    c = tl.dot(tl.load(a_base + a_offs), tl.load(b_base + b_offs), c)
+                    a_base += DOT_K
+                    b_base += DOT_K
+                if ONE_CHAIN:
+                    total = c
+                else:
+                    part_total = part_total + c  # fp32 RNE: chain results in K order, from +0
+            if not ONE_CHAIN:
+                held, total = _combine(q, role, part_total, held, total)
+        offs = rm.to(tl.int64)[:, None] * N + rn[None, :]
+        tl.store(out_ptr + offs, total, mask=(rm < M)[:, None] & (rn < N)[None, :])

@@ -29,6 +29,7 @@ from .backend import (
     GPU_CONFIG,
     INTERPRETER_CONFIG,
     RZ_GENERAL_GPU_CONFIG,
+    NATIVE_GPU_CONFIG,
     RZ_GPU_CONFIG,
     SMALL_GRID_TILES,
     Formulation,
@@ -36,9 +37,11 @@ from .backend import (
     TileConfig,
     accumulate,
     available,
+    disable_native,
     expresses,
     interpreting,
     kernel_name,
+    native_applies,
     rz_expresses,
 )
 
@@ -166,6 +169,8 @@ def variant_name(preset: Preset, device: torch.device) -> str:
 
     if device.type == "cpu" or interpreting():
         return f"{kernel_name(preset)} tile {tile(INTERPRETER_CONFIG)}"
+    if native_applies(preset, device):
+        return f"{kernel_name(preset, device)} tile {tile(NATIVE_GPU_CONFIG)} (the GPU's FP8 instruction)"
     if FORMULATION is Formulation.RZ and rz_expresses(preset):
         small = ", ".join(tile(t) for t in SMALL_GRID_TILES)
         return (f"{kernel_name(preset)} tiles {tile(RZ_GPU_CONFIG)}, general {tile(RZ_GENERAL_GPU_CONFIG)}, "
@@ -177,7 +182,7 @@ def _launches(preset: Preset, device: torch.device) -> list[Launch | None]:
     """Every launch a call with ``preset`` may use on ``device`` (None: the default one): the self-test runs
     each case with each, so every compiled variant that :func:`~mmaemu.backends.triton.backend.choose_launch`
     can pick is checked before its first use."""
-    if not (FORMULATION is Formulation.RZ and rz_expresses(preset)):
+    if native_applies(preset, device) or not (FORMULATION is Formulation.RZ and rz_expresses(preset)):
         return [None]
     if device.type == "cpu" or interpreting():
         return [None, Launch(INTERPRETER_CONFIG, True)]
@@ -279,4 +284,11 @@ def selftest_kernel(device: torch.device | str, preset: Preset, *, refresh: bool
     usable, reason = available(target)
     result = _check_kernel(preset, target) if usable else KernelResult(name, False, reason)
     _VARIANTS[(key, name)] = result
+    if usable and not result.passed and native_applies(preset, target):
+        # the GPU's own instruction disagrees with the model here: never use it on this device, and
+        # self-test the exactly-defined formulation that runs instead
+        disable_native(target)
+        fallback = selftest_kernel(target, preset, refresh=refresh)
+        return KernelResult(fallback.kernel, fallback.passed,
+                            f"{fallback.reason}; the sm_90 formulation is off on {key}: {result.reason}")
     return result
