@@ -32,14 +32,16 @@ def test_dry_run_writes_the_report(tmp_path: Path) -> None:
     assert report["dry_run"] is True
     assert {"torch", "triton", "cublaslt", "gpu", "driver"} <= set(report["versions"])
     assert report["selftest"]["passed"]
-    assert [r["status"] for r in report["exactness"]] == ["exact"] * 8  # 3 cases, then the 5 dry edges
+    assert [r["status"] for r in report["exactness"]] == ["exact"] * 10  # 3 cases, then the 7 dry edges
     edges = [r["case"] for r in report["exactness"][3:]]
     assert [e.split(":")[0] for e in edges] == ["N % 16 != 0 (N = 50)", "N = 1", "M = 1", "M = N = 1",
-                                                "custom preset B=8, F=11"]
+                                                "custom preset B=8, F=11", "few outputs, slow accumulation, S = 3 pairwise",
+                                                "few outputs, slow accumulation, S = 3 pairwise, RZ"]
     timing = report["timing"]
     assert [r["shape"] for r in timing] == [list(s) for s in _load().DRY_TIMED_SHAPES]
     for row in timing:
         assert row["exact"] and row["triton_scaled_mm_s"] > 0 and row["triton_accumulate_tmacs"] > 0
+        assert row["rz_exact"] and row["rz_accumulate_tmacs"] > 0 and row["kernel"].startswith("chain_gemm")
         assert "native_scaled_mm_s" in row
     assert all(e.get("exact") for e in timing[0]["tile_sweep"])
     table = (tmp_path / "device_check.txt").read_text()
@@ -77,14 +79,16 @@ def test_text_table_states_the_bar() -> None:
         "selftest": {"passed": True, "summary": "all 2 kernels passed"},
         "exactness": [{"case": "c", "status": "exact"}, {"case": "d", "status": "2 outputs differ"}],
         "timing": [{"shape": [2048, 5760, 1920], "exact": True, "checked_rows": 2048, "triton_scaled_mm_s": 0.01,
-                    "triton_scaled_mm_tmacs": 2.2, "triton_accumulate_tmacs": 5.5, "native_scaled_mm_tmacs": 600.0,
+                    "triton_scaled_mm_tmacs": 2.2, "triton_accumulate_tmacs": 8.5, "native_scaled_mm_tmacs": 600.0,
                     "triton_over_native": 270.0, "tile_sweep": [{"block_m": 64, "block_n": 64, "num_warps": 8,
                                                                  "tmacs": 5.5, "exact": True}]}],
     }
     table = dc.text_table(report)
     assert "1 of 2 exact" in table and "d: 2 outputs differ" in table
     assert "270.0x" in table and "tile 64x64 warps 8: 5.500 TMAC/s" in table
-    assert ">= 5.0 TMAC/s, exact): met" in table
+    assert ">= 8.0 TMAC/s, exact): met" in table
+    report["timing"][0]["triton_accumulate_tmacs"] = 7.9
+    assert ">= 8.0 TMAC/s, exact): NOT met" in dc.text_table(report)
 
 
 def test_without_a_gpu_it_refuses_politely(tmp_path: Path) -> None:

@@ -81,3 +81,33 @@ def test_one_target_as_ci_runs_it_equals_the_committed_report(tmp_path: Path) ->
     assert {"spill_bytes", "per_mac", "registers"} <= set(row)
     assert set(stored["targets"]) == set(gs.TARGETS)
     assert {"RTX 4060", "A100", "L40S", "H100 SXM", "H200", "B200", "RTX 5090"} <= set(stored["estimates"])
+
+
+def test_the_committed_report_meets_the_static_bars() -> None:
+    """Issue 14's static bars, on the committed report: no F2I in the inner loop of any launched variant,
+    no spills in any variant the backend can launch on any target, and an H200 estimate of 10 TMAC/s or
+    more (by the sm_90 formulation; the exactly-defined one's ceiling is stated beside it)."""
+    gs = _tool()
+    from mmaemu.backends.triton.backend import RZ_GENERAL_GPU_CONFIG, RZ_GPU_CONFIG, SMALL_GRID_TILES
+
+    stored = json.loads(gs.JSON.read_text())
+    launched = {stored["targets_variant"], stored["targets_native_variant"]}
+    for preset in ("hopper", "ada"):
+        block = 32 if preset == "hopper" else 16
+        for t in (*SMALL_GRID_TILES, RZ_GPU_CONFIG):
+            tile = f"{t.block_m}x{t.block_n}/{t.num_warps}w"
+            launched.add(f"chain_gemm_rz one-chain {preset}[B={block},F=13] {tile}")
+            launched.add(f"chains_rz {preset}[B={block},F=13] {tile}")
+        g = RZ_GENERAL_GPU_CONFIG
+        launched.add(f"chain_gemm_rz general {preset}[B={block},F=13] {g.block_m}x{g.block_n}/{g.num_warps}w")
+    for name in sorted(launched):
+        rows = stored["variants"][name]
+        assert set(rows) == ({"sm_90"} if "native" in name else set(gs.TARGETS)), name
+        for target, row in rows.items():
+            assert row["spill_bytes"] == 0, (name, target)
+            assert row["per_mac"].get("F2I", 0.0) == 0.0, (name, target)
+    native = stored["targets_native"]["sm_90"]
+    assert native["per_mac"]["QGMMA"] > 0 and native["spill_bytes"] == 0
+    h200 = stored["estimates"]["H200"]
+    assert h200["tmacs"] >= 10 and h200["variant"] == stored["targets_native_variant"]
+    assert stored["estimates_rz"]["H200"]["variant"] == stored["targets_variant"]

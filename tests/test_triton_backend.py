@@ -158,6 +158,30 @@ def test_parallel_chains_give_the_same_bits(split: SplitK, fast: bool, formulati
                          want[:1, :1])
 
 
+def test_parallel_chains_are_added_in_k_order(formulation: Formulation) -> None:
+    """Chain results of very different sizes, where fp32 addition order shows: chain 0 gives 2**23
+    (128 products 256 x 256), chains 1 and 2 give 0.5 each. In K order (2**23 + 0.5) + 0.5 rounds to
+    2**23 twice (ties to even); any other order gives 2**23 + 1."""
+    if formulation is not Formulation.RZ:
+        pytest.skip("the parallel launch belongs to the second formulation")
+    k = 384  # slow accumulation: three chains of 128
+    a = torch.zeros(2, k)
+    b = torch.zeros(3, k)
+    a[:, :128], b[:, :128] = 256.0, 256.0
+    a[:, 128], b[:, 128] = 1.0, 0.5
+    a[:, 256], b[:, 256] = 1.0, 0.5
+    a8, b8 = a.to(torch.float8_e4m3fn), b.to(torch.float8_e4m3fn)
+    plan = plan_accumulation(k, fast=False, split=NONE)
+    want = reference.accumulate(a8, b8, HOPPER, plan)
+    assert torch.equal(want, torch.full((2, 3), 2.0**23))
+    got = accumulate(a8, b8, HOPPER, plan, launch=triton_backend.Launch(TileConfig(16, 16, 1), True))
+    assert_bitwise_equal(got, want)
+    # the sm_90 formulation's launcher combines its chains the same way (every sum here is exact in the
+    # interpreter's float matmul too)
+    assert_bitwise_equal(triton_backend._accumulate_native(a8, b8, HOPPER, plan, triton_backend.flatten_plan(plan)),
+                         want)
+
+
 def test_parallel_chains_recompute_outputs_meeting_inf(formulation: Formulation) -> None:
     if formulation is not Formulation.RZ:
         pytest.skip("the parallel launch belongs to the second formulation")
@@ -177,9 +201,12 @@ def test_choose_launch_cuts_the_work_finer_only_when_the_grid_leaves_sms_idle() 
     assert choose(2048, 5760, 15, 132) == triton_backend.Launch(triton_backend.RZ_GENERAL_GPU_CONFIG, False)
     few = choose(64, 5760, 15, 132)  # 90 general tiles on 132 SMs: every chain a program
     assert few.parallel_chains and few.tile in triton_backend.SMALL_GRID_TILES
-    one = choose(64, 5760, 1, 132)  # one chain is sequential: smaller tiles, no chain programs
+    one = choose(64, 5760, 1, 132)  # one chain is sequential: no chain programs
     assert not one.parallel_chains and one.tile in triton_backend.SMALL_GRID_TILES
-    assert one.tile.block_m * one.tile.block_n < triton_backend.RZ_GPU_CONFIG.block_m * triton_backend.RZ_GPU_CONFIG.block_n
+    # the model: 90 tiles of 4 warps and 180 of 2 warps do the same work with the same warps per SM
+    assert one.tile == triton_backend.RZ_GPU_CONFIG
+    spread = choose(64, 5760, 15, 132)
+    assert spread.tile.num_warps * -(-64 // spread.tile.block_m) * -(-5760 // spread.tile.block_n) * 15 >= 4 * 132
     assert choose(1, 1, 15, 24).parallel_chains
     # every chain's result for every output must fit the workspace, else one program per tile
     huge = triton_backend.PARALLEL_WORKSPACE_BYTES // (4 * 64 * 64) + 1

@@ -43,7 +43,7 @@ REPO = Path(__file__).resolve().parents[1]
 #: The timed shapes (M, N, K) and the bar of the issue (hopper E4M3 fast, bf16).
 TIMED_SHAPES = [(2048, 5760, 1920), (8192, 8192, 8192)]
 DRY_TIMED_SHAPES = [(32, 64, 48), (16, 32, 160)]
-TARGET_TMACS = 5.0
+TARGET_TMACS = 8.0
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -192,6 +192,9 @@ def check_edges(device: Any, dry: bool, budget: Budget) -> list[dict[str, Any]]:
         ("M = 1", HOPPER, 1, 72, k, device),
         ("M = N = 1", HOPPER, 1, 1, k, device),
         ("custom preset B=8, F=11", custom, 40, 48, k, device),
+        # few outputs with several chains: choose_launch runs every (chain, tile) as its own program
+        ("few outputs, slow accumulation, S = 3 pairwise", HOPPER, 24, 40, k, device),
+        ("few outputs, slow accumulation, S = 3 pairwise, RZ", HOPPER, 24, 40, k, device),
     ]
     if not dry:
         rows_big = 2**31 // 1936 + 64  # M * K > 2**31: int64 offsets, checked on the last 64 rows
@@ -211,8 +214,13 @@ def check_edges(device: Any, dry: bool, budget: Budget) -> list[dict[str, Any]]:
                     continue
             a = _codes(m, kk, "e4m3", 700 + i, dev) if m * kk < 2**28 else _random_e4m3(m, kk, 700 + i, dev)
             b = _codes(n, kk, "e5m2" if i % 2 else "e4m3", 900 + i, dev)
-            plan = plan_accumulation(kk, fast=True, split=SplitK(1, Scheme.NONE))
-            got = accumulate(a, b, preset, plan)
+            few = label.startswith("few outputs")
+            plan = plan_accumulation(kk, fast=not few, split=SplitK(3, Scheme.PAIRWISE) if few else SplitK(1, Scheme.NONE))
+            if label.endswith(", RZ"):  # the exactly-defined formulation where the sm_90 one would run
+                with _native_off():
+                    got = accumulate(a, b, preset, plan)
+            else:
+                got = accumulate(a, b, preset, plan)
             tail = slice(max(m - 64, 0), m)
             want = reference.accumulate(a[tail], b, preset, plan)
             differ = int((got[tail].view(torch.int32) != want.view(torch.int32)).sum())
@@ -221,6 +229,24 @@ def check_edges(device: Any, dry: bool, budget: Budget) -> list[dict[str, Any]]:
         except Exception as exc:  # noqa: BLE001 - a crash is a finding, reported with the case
             out.append({"case": label, "status": f"{type(exc).__name__}: {str(exc)[:300]}"})
     return out
+
+
+class _native_off:
+    """A context in which the sm_90 formulation is off (``MMAEMU_TRITON_NATIVE=0``): the RZ kernels run."""
+
+    def __enter__(self) -> None:
+        from mmaemu.backends.triton.backend import NATIVE_ENV
+
+        self.saved = os.environ.get(NATIVE_ENV)
+        os.environ[NATIVE_ENV] = "0"
+
+    def __exit__(self, *exc: object) -> None:
+        from mmaemu.backends.triton.backend import NATIVE_ENV
+
+        if self.saved is None:
+            os.environ.pop(NATIVE_ENV, None)
+        else:
+            os.environ[NATIVE_ENV] = self.saved
 
 
 def _timer(device: Any) -> Callable[[Callable[[], Any], int, int], float]:
@@ -255,7 +281,7 @@ def time_shapes(device: Any, dry: bool, budget: Budget) -> list[dict[str, Any]]:
     import mmaemu
     from mmaemu.accumulation import Scheme, SplitK, plan_accumulation
     from mmaemu.backends import reference
-    from mmaemu.backends.triton.backend import GPU_CONFIG, TileConfig, accumulate
+    from mmaemu.backends.triton.backend import GPU_CONFIG, TileConfig, accumulate, kernel_name
     from mmaemu.presets import HOPPER
 
     timed = _timer(device)
@@ -286,8 +312,16 @@ def time_shapes(device: Any, dry: bool, budget: Budget) -> list[dict[str, Any]]:
         row["triton_scaled_mm_s"] = t
         row["triton_scaled_mm_tmacs"] = m * n * k / t / 1e12
         t_acc = timed(lambda: accumulate(x, w, HOPPER, plan), runs, warm)
+        row["kernel"] = kernel_name(HOPPER, x.device)
         row["triton_accumulate_s"] = t_acc
         row["triton_accumulate_tmacs"] = m * n * k / t_acc / 1e12
+        with _native_off():  # the exactly-defined formulation, checked and timed too where the sm_90 one runs
+            row["rz_kernel"] = kernel_name(HOPPER, x.device)
+            rz = accumulate(x, w, HOPPER, plan)
+            row["rz_exact"] = bool(torch.equal(rz[:check_rows].view(torch.int32), want.view(torch.int32)))
+            t_rz = timed(lambda: accumulate(x, w, HOPPER, plan), runs, warm)
+        row["rz_accumulate_s"] = t_rz
+        row["rz_accumulate_tmacs"] = m * n * k / t_rz / 1e12
         try:
             def native() -> Any:
                 return torch._scaled_mm(x, w.t(), one, one, out_dtype=torch.bfloat16, use_fast_accum=True)
@@ -358,6 +392,8 @@ def text_table(report: dict[str, Any]) -> str:
         lines.append(f"| {shape} | {r['exact']} ({r['checked_rows']} rows) | {f('triton_scaled_mm_tmacs')} | "
                      f"{f('triton_accumulate_tmacs')} | {f('native_scaled_mm_tmacs')} | "
                      f"{('%.1fx' % ratio) if isinstance(ratio, float) else 'n/a'} |")
+        lines.append(f"  kernel {r.get('kernel')}; exactly-defined {r.get('rz_kernel')}: {f('rz_accumulate_tmacs')} "
+                     f"TMAC/s, exact={r.get('rz_exact')}")
         for e in r.get("tile_sweep", []):
             tm = e.get("tmacs")
             lines.append(f"  tile {e['block_m']}x{e['block_n']} warps {e['num_warps']}: "

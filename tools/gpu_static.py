@@ -71,13 +71,15 @@ class Rates:
     lsu: int = 32
     issue: int = 128
     max_warps: int = 64
+    #: dense FP8 tensor-core multiply-accumulates per clock per SM (0: not used by the kernels there)
+    tensor_fp8: int = 0
 
 
 RATES = {
     80: Rates(fp32=64),
     86: Rates(fp32=128, max_warps=48),
     89: Rates(fp32=128, max_warps=48),
-    90: Rates(fp32=128),
+    90: Rates(fp32=128, tensor_fp8=4096),
     100: Rates(fp32=128),
     120: Rates(fp32=128, max_warps=48),
 }
@@ -88,18 +90,20 @@ class GPU:
     target: str
     sms: int
     boost_mhz: int
+    #: DRAM bandwidth, GB/s (product pages)
+    dram_gbs: int
 
 
 GPUS = {
-    "RTX 4060": GPU("sm_89", 24, 2460),
-    "A100": GPU("sm_80", 108, 1410),
-    "L40S": GPU("sm_89", 142, 2520),
-    "H100 PCIe": GPU("sm_90", 114, 1755),
-    "H100 SXM": GPU("sm_90", 132, 1980),
-    "H200": GPU("sm_90", 132, 1980),
-    "B200": GPU("sm_100", 148, 1965),
-    "RTX 5070 Ti": GPU("sm_120", 70, 2452),
-    "RTX 5090": GPU("sm_120", 170, 2407),
+    "RTX 4060": GPU("sm_89", 24, 2460, 272),
+    "A100": GPU("sm_80", 108, 1410, 2039),
+    "L40S": GPU("sm_89", 142, 2520, 864),
+    "H100 PCIe": GPU("sm_90", 114, 1755, 2000),
+    "H100 SXM": GPU("sm_90", 132, 1980, 3350),
+    "H200": GPU("sm_90", 132, 1980, 4800),
+    "B200": GPU("sm_100", 148, 1965, 8000),
+    "RTX 5070 Ti": GPU("sm_120", 70, 2452, 896),
+    "RTX 5090": GPU("sm_120", 170, 2407, 1792),
 }
 
 #: opcode -> pipeline (anything else: alu; U* uniform-datapath and control instructions take an
@@ -109,11 +113,14 @@ FP32 = {"FADD", "FMUL", "FFMA", "FADD32I", "FMUL32I", "FFMA32I", "FSWZADD",
 IMAD = {"IMAD", "IMAD32I", "IMUL", "IMUL32I"}
 XU = {"F2I", "I2F", "F2F", "FRND", "MUFU", "I2I", "F2FP", "I2FP"}
 LSU = {"LDG", "LDS", "LD", "LDL", "STG", "STS", "ST", "STL", "LDSM", "LDGSTS", "ATOM", "ATOMS", "RED", "LDC"}
+TENSOR = {"QGMMA", "HGMMA", "IGMMA", "HMMA", "IMMA", "QMMA"}
 CONTROL = {"BRA", "BRX", "JMP", "EXIT", "RET", "CALL", "BSSY", "BSYNC", "WARPSYNC", "NOP", "BAR", "YIELD",
            "DEPBAR", "MEMBAR", "ERRBAR", "CCTL"}
 
 
 def pipeline(opcode: str) -> str:
+    if opcode in TENSOR:
+        return "tensor"
     if opcode in FP32:
         return "fp32"
     if opcode in IMAD:
@@ -144,6 +151,8 @@ class Variant:
     #: the specialisation for one part of one chain (fast accumulation without a split: the shape of
     #: the estimate); the general one carries the split-K combination state.
     one_chain: bool = True
+    #: chain_gemm_native: k per tl.dot (one inner-loop iteration)
+    dot_k: int = 0
 
     @property
     def name(self) -> str:
@@ -153,15 +162,37 @@ class Variant:
 
     @property
     def macs_per_thread_per_k(self) -> float:
-        return self.block_m * self.block_n / (32 * self.num_warps)
+        """Multiply-accumulates of one thread per iteration of the innermost loop."""
+        per_k = self.block_m * self.block_n / (32 * self.num_warps)
+        return per_k * self.dot_k if self.kernel == "chain_gemm_native" else per_k
+
+    @property
+    def inner_per_outer(self) -> int:
+        """Iterations of the innermost loop per iteration of its enclosing loop at :data:`SHAPE`: B (a block
+        of k steps), or for the native kernel the dots of one chain (K / DOT_K)."""
+        return SHAPE[2] // self.dot_k if self.kernel == "chain_gemm_native" else self.block
+
+    @property
+    def targets(self) -> tuple[str, ...]:
+        """The targets this variant is compiled for: the native kernel runs on sm_90 only."""
+        return ("sm_90",) if self.kernel == "chain_gemm_native" else tuple(TARGETS)
+
+    def global_bytes(self, k: int) -> int:
+        """Bytes one program reads and writes in DRAM at depth ``k`` (no cache reuse): its rows of a and b
+        (fp8 codes for the native kernel; max(v, 0), max(-v, 0) and the exponent, 12 bytes, for RZ; value
+        and exponent, 5 bytes, for the first formulation) and its fp32 outputs."""
+        per = {"chain_gemm_native": 1, "chain_gemm_rz": 12, "chains_rz": 12}.get(self.kernel, 5)
+        return (self.block_m + self.block_n) * k * per + 4 * self.block_m * self.block_n
 
 
 def variants(tile_sweep: bool = True) -> list[Variant]:
     """The backend's variants (each expressed preset, its default GPU tile), then the tile sweep."""
     from mmaemu.backends.triton.backend import (
         GPU_CONFIG,
+        NATIVE_GPU_CONFIG,
         RZ_GENERAL_GPU_CONFIG,
         RZ_GPU_CONFIG,
+        SMALL_GRID_TILES,
         expresses,
         rz_expresses,
     )
@@ -175,6 +206,18 @@ def variants(tile_sweep: bool = True) -> list[Variant]:
                 cfg = (RZ_GPU_CONFIG if one_chain else RZ_GENERAL_GPU_CONFIG) if rz else GPU_CONFIG
                 out.append(Variant(name, preset.block_size, preset.frac_bits, cfg.block_m, cfg.block_n,
                                    cfg.num_warps, "chain_gemm_rz" if rz else "chain_gemm", one_chain))
+    hopper = presets()["hopper"]
+    out.append(Variant("hopper", hopper.block_size, hopper.frac_bits, NATIVE_GPU_CONFIG.block_m,
+                       NATIVE_GPU_CONFIG.block_n, NATIVE_GPU_CONFIG.num_warps, "chain_gemm_native", True,
+                       dot_k=hopper.block_size))
+    if tile_sweep:  # the few-outputs launches (backend.choose_launch): one chain, and a chain per program
+        for name in ("hopper", "ada"):
+            preset = presets()[name]
+            for t in SMALL_GRID_TILES:
+                for kernel in ("chain_gemm_rz", "chains_rz"):
+                    v = Variant(name, preset.block_size, preset.frac_bits, t.block_m, t.block_n, t.num_warps, kernel)
+                    if v not in out:
+                        out.append(v)
     if tile_sweep:
         hopper = presets()["hopper"]
         for kernel in ("chain_gemm_rz", "chain_gemm"):
@@ -206,6 +249,17 @@ SIGNATURE_RZ = {"ap_ptr": "*fp32", "an_ptr": "*fp32", "ea_ptr": "*i32", "bp_ptr"
                 "ONE_CHAIN": "constexpr"}
 
 
+SIGNATURE_CHAINS = {"ap_ptr": "*fp32", "an_ptr": "*fp32", "ea_ptr": "*i32", "bp_ptr": "*fp32", "bn_ptr": "*fp32",
+                    "eb_ptr": "*i32", "out_ptr": "*fp32", "chain_ptr": "*i32", "MP": "i32", "NP": "i32", "tiles": "i32",
+                    "tiles_n": "i32", "BLOCK": "constexpr", "FRAC": "constexpr", "BLOCK_M": "constexpr",
+                    "BLOCK_N": "constexpr", "NATIVE_RZ": "constexpr"}
+
+
+SIGNATURE_NATIVE = {"a_ptr": "*fp8e4nv", "b_ptr": "*fp8e4nv", "out_ptr": "*fp32", "chain_ptr": "*i32",
+                    "chain0": "i32", "M": "i32", "N": "i32", "KP": "i32", "tiles": "i32", "tiles_n": "i32",
+                    "DOT_K": "constexpr", "BLOCK_M": "constexpr", "BLOCK_N": "constexpr"}
+
+
 def compile_variant(v: Variant, capability: int) -> bytes:
     """The cubin of ``v`` for compute capability ``capability`` (as the backend launches it)."""
     import triton
@@ -218,6 +272,11 @@ def compile_variant(v: Variant, capability: int) -> bytes:
     if v.kernel == "chain_gemm_rz":
         src = ASTSource(fn=kernels.chain_gemm_rz_kernel, signature=SIGNATURE_RZ,
                         constexprs={**constexprs, "NATIVE_RZ": True, "ONE_CHAIN": v.one_chain})
+    elif v.kernel == "chains_rz":
+        src = ASTSource(fn=kernels.chains_rz_kernel, signature=SIGNATURE_CHAINS, constexprs={**constexprs, "NATIVE_RZ": True})
+    elif v.kernel == "chain_gemm_native":
+        src = ASTSource(fn=kernels.chain_gemm_native_kernel, signature=SIGNATURE_NATIVE,
+                        constexprs={"DOT_K": v.dot_k, "BLOCK_M": v.block_m, "BLOCK_N": v.block_n})
     else:
         src = ASTSource(fn=kernels.chain_gemm_kernel, signature=SIGNATURE, constexprs=constexprs)
     compiled = triton.compile(src, target=GPUTarget("cuda", capability, 32),
@@ -296,16 +355,18 @@ def per_mac(sass: str, v: Variant) -> tuple[dict[str, float], dict[str, Any]]:
     inner = [lp for lp in all_loops if not any(lp.contains(o) for o in all_loops)]
     parents = {min((o for o in all_loops if o.contains(lp)), key=lambda o: o.end - o.start, default=None)
                for lp in inner}
-    if len(parents) != 1 or None in parents:
+    if v.kernel == "chain_gemm_native" and parents == {None} and len(inner) == 1:
+        parents = set()  # one chain per program: the dot loop is the only loop
+    elif len(parents) != 1 or None in parents:
         raise RuntimeError(f"{v.name}: expected the per-k loops inside one block loop, found {all_loops}")
-    block_loop = parents.pop()
-    assert block_loop is not None
+    block_loop = parents.pop() if parents else None
     per_k: dict[str, float] = {}
     for lp in inner:
         for op, n in count(instrs, lp.start, lp.end).items():
             per_k[op] = per_k.get(op, 0.0) + n
-    for op, n in count(instrs, block_loop.start, block_loop.end, exclude=inner).items():
-        per_k[op] = per_k.get(op, 0.0) + n / v.block
+    if block_loop is not None:
+        for op, n in count(instrs, block_loop.start, block_loop.end, exclude=inner).items():
+            per_k[op] = per_k.get(op, 0.0) + n / v.inner_per_outer
     macs = v.macs_per_thread_per_k
     result = {op: round(n / macs, 4) for op, n in sorted(per_k.items(), key=lambda kv: (-kv[1], kv[0]))}
     shape = {"loops": len(all_loops), "per_k_loops": [lp.end - lp.start for lp in inner],
@@ -329,7 +390,7 @@ def resources(cubin: Path) -> dict[str, int]:
 
 def pipes(counts: dict[str, float]) -> dict[str, float]:
     """Threads' instructions per multiply-accumulate on each pipeline (and in all: issue)."""
-    out = {"issue": 0.0, "fp32": 0.0, "imad": 0.0, "alu": 0.0, "xu": 0.0, "lsu": 0.0}
+    out = {"issue": 0.0, "fp32": 0.0, "imad": 0.0, "alu": 0.0, "xu": 0.0, "lsu": 0.0, "tensor": 0.0}
     for op, n in counts.items():
         out["issue"] += n
         p = pipeline(op)
@@ -348,6 +409,8 @@ def macs_per_clock(p: dict[str, float], rates: Rates) -> tuple[float, str]:
         "xu": p["xu"] / rates.xu,
         "lsu": p["lsu"] / rates.lsu,
     }
+    if p.get("tensor", 0.0) > 0:  # the instruction's own multiply-accumulates, at the tensor cores' rate
+        times["tensor"] = 1.0 / rates.tensor_fp8 if rates.tensor_fp8 else math.inf
     bound = max(times, key=lambda k: times[k])
     return 1.0 / times[bound], bound
 
@@ -377,6 +440,8 @@ def analyse(targets: list[str], tile_sweep: bool = True) -> dict[str, Any]:
         for variant in variants(tile_sweep):
             rows: dict[str, Any] = {}
             for target in targets:
+                if target not in variant.targets:
+                    continue
                 cubin = Path(tmp) / f"k_{target}.cubin"
                 cubin.write_bytes(compile_variant(variant, TARGETS[target]))
                 sass = subprocess.run([_tool("nvdisasm"), "-c", str(cubin)], capture_output=True, text=True,
@@ -388,30 +453,49 @@ def analyse(targets: list[str], tile_sweep: bool = True) -> dict[str, Any]:
                                 "macs_per_clock_per_sm": round(mpc, 2), "bound": bound, "loops": shape}
             report["variants"][variant.name] = rows
     default = variants(tile_sweep=False)
-    # what the backend launches for hopper E4M3 fast accumulation without a split
-    hopper = next(v for v in default if v.preset == "hopper" and v.one_chain)
+    # what the backend launches for hopper E4M3 fast accumulation without a split: the exactly-defined
+    # formulation on every target, and on sm_90 the GPU's own instruction (after its self-test)
+    hopper = next(v for v in default if v.preset == "hopper" and v.one_chain and v.kernel != "chain_gemm_native")
+    native = next(v for v in default if v.kernel == "chain_gemm_native")
     for target in targets:
         report["targets"][target] = report["variants"][hopper.name][target]
     report["targets_variant"] = hopper.name
+    report["targets_native"] = {t: r for t, r in report["variants"].get(native.name, {}).items()}
+    report["targets_native_variant"] = native.name
     from mmaemu.backends.triton.backend import GPU_CONFIG
 
     first = Variant("hopper", hopper.block, hopper.frac, GPU_CONFIG.block_m, GPU_CONFIG.block_n,
                     GPU_CONFIG.num_warps, "chain_gemm")
     report["estimates_convert"] = {}
-    for key, variant in (("estimates", hopper), ("estimates_convert", first)):
-        if variant.name not in report["variants"]:
-            continue
+    report["estimates_rz"] = {}
+    for key, choices in (("estimates", (native, hopper)), ("estimates_rz", (hopper,)),
+                         ("estimates_convert", (first,))):
         for name, gpu in GPUS.items():
             if gpu.target not in targets:
                 continue
-            row = report["variants"][variant.name][gpu.target]
-            rates = RATES[TARGETS[gpu.target]]
-            fill = wave_fraction(variant, row["registers"], gpu, rates)
-            tmacs = row["macs_per_clock_per_sm"] * gpu.sms * gpu.boost_mhz * 1e6 * fill / 1e12
-            report[key][name] = {"tmacs": round(tmacs, 2), "target": gpu.target, "sms": gpu.sms,
-                                 "boost_mhz": gpu.boost_mhz, "wave_fill": round(fill, 3), "bound": row["bound"],
-                                 "variant": variant.name}
+            variant = next((v for v in choices if v.name in report["variants"]
+                            and gpu.target in report["variants"][v.name]), None)
+            if variant is None:
+                continue
+            report[key][name] = estimate(variant, report["variants"][variant.name][gpu.target], gpu)
     return report
+
+
+def estimate(variant: Variant, row: dict[str, Any], gpu: GPU) -> dict[str, Any]:
+    """The ceiling of ``variant`` on ``gpu`` at :data:`SHAPE`: the SM-side bound (instruction issue, a
+    pipeline or the tensor cores) times the fraction of the last wave the grid fills, and the DRAM bound
+    (every program reads its rows of a and b and writes its outputs, no cache reuse): the smaller."""
+    rates = RATES[TARGETS[gpu.target]]
+    fill = wave_fraction(variant, row["registers"], gpu, rates)
+    sm_tmacs = row["macs_per_clock_per_sm"] * gpu.sms * gpu.boost_mhz * 1e6 * fill / 1e12
+    m, n, k = SHAPE
+    programs = math.ceil(m / variant.block_m) * math.ceil(n / variant.block_n)
+    seconds = programs * variant.global_bytes(k) / (gpu.dram_gbs * 1e9)
+    dram_tmacs = m * n * k / seconds / 1e12
+    bound = row["bound"] if sm_tmacs <= dram_tmacs else "dram"
+    return {"tmacs": round(min(sm_tmacs, dram_tmacs), 2), "target": gpu.target, "sms": gpu.sms,
+            "boost_mhz": gpu.boost_mhz, "dram_gbs": gpu.dram_gbs, "wave_fill": round(fill, 3), "bound": bound,
+            "sm_tmacs": round(sm_tmacs, 2), "dram_tmacs": round(dram_tmacs, 2), "variant": variant.name}
 
 
 def summary(report: dict[str, Any]) -> str:
@@ -424,10 +508,11 @@ def summary(report: dict[str, Any]) -> str:
         lines.append(f"{target:7} {row['registers']:4} {row['spill_bytes']:5} {row['pipes_per_mac']['issue']:6.2f} "
                      + " ".join(f"{pm.get(c, 0.0):6.2f}" for c in classes)
                      + f"  {row['macs_per_clock_per_sm']:9.2f} {row['bound']}")
-    lines.append(f"estimates at M, N, K = {tuple(report['shape'])} (a ceiling):")
-    for name, e in report["estimates"].items():
-        lines.append(f"  {name:12} {e['tmacs']:6.2f} TMAC/s  ({e['sms']} SMs, {e['boost_mhz']} MHz, "
-                     f"wave fill {e['wave_fill']:.2f}, bound {e['bound']})")
+    for key, what in (("estimates", "what the backend launches"), ("estimates_rz", "the exactly-defined formulation")):
+        lines.append(f"{key} ({what}) at M, N, K = {tuple(report['shape'])} (a ceiling):")
+        for name, e in report[key].items():
+            lines.append(f"  {name:12} {e['tmacs']:8.2f} TMAC/s  ({e['sms']} SMs, {e['boost_mhz']} MHz, "
+                         f"wave fill {e['wave_fill']:.2f}, bound {e['bound']}; {e['variant']})")
     return "\n".join(lines)
 
 

@@ -5,8 +5,15 @@ The arithmetic is the model's, in one of two exactly-defined formulations (see
 (:data:`Formulation.RZ`, the default for presets :func:`rz_expresses`), or the cpu backend's
 fp32/integer formulation with the fp32 -> int32 conversion. One Triton kernel per call: each program owns a ``BLOCK_M x BLOCK_N`` output tile and walks the
 accumulation plan (parts in the order they are combined, chains, blocks of B products) with the
-accumulator ``c`` in registers. It never uses ``tl.dot``, so the host GPU's own tensor-core
-rounding never enters, and the bits do not depend on the GPU model.
+accumulator ``c`` in registers; with few outputs and several chains, each (chain, tile) is a program
+and the launcher combines the chain results in the plan's order (:func:`choose_launch`). These never
+use ``tl.dot``, so the host GPU's own tensor-core rounding never enters, and the bits do not depend
+on the GPU model.
+
+The exception is the sm_90 formulation (:func:`native_applies`): on compute capability 9.0, for the
+hopper arithmetic, the GPU's own FP8 instruction is the preset's, and
+:func:`~mmaemu.backends.triton.kernels.chain_gemm_native_kernel` runs it, once the self-test on that
+device has found it equal to the reference backend (else it is switched off there).
 
 Per call, in torch on the operands' device: the FP8 codes are decoded once (a 256-entry table)
 into fp32 values and int8 exponents, gathered in the plan's k order (split parts are contiguous
@@ -144,9 +151,10 @@ RZ_GENERAL_GPU_CONFIG = TileConfig(128, 32, 4)
 #: Default under the interpreter: large tiles mean few programs and few interpreted operations.
 INTERPRETER_CONFIG = TileConfig(64, 64, 1)
 #: Tiles :func:`choose_launch` picks from when the default tile leaves SMs idle (few outputs), largest
-#: first; each is one of the variants tools/gpu_static.py compiles for every target.
-SMALL_GRID_TILES: tuple[TileConfig, ...] = (TileConfig(128, 64, 4), TileConfig(64, 32, 4), TileConfig(32, 32, 4),
-                                            TileConfig(16, 16, 1))
+#: first: 32 rows and 64 columns per warp, the layout in which each issues about 7 SASS instructions per
+#: multiply-accumulate without spills on every target (tools/gpu_static.py; 16 x 16 on one warp or
+#: 32 x 32 on four issue about 70, and 32 x 32 on one warp spills on sm_80, sm_86 and sm_100).
+SMALL_GRID_TILES: tuple[TileConfig, ...] = (TileConfig(128, 64, 4), TileConfig(64, 64, 2), TileConfig(32, 64, 1))
 #: Programs one SM runs at once in :func:`choose_launch`'s cost model (the one-chain kernel uses about 176
 #: registers a thread at 128 threads: two programs fit the 65,536 registers of an SM).
 PROGRAMS_PER_SM = 2
@@ -220,7 +228,8 @@ def choose_launch(m: int, n: int, n_chains: int, sms: int) -> Launch:
 
 
 #: The sm_90 formulation's tile (:func:`native_applies`): two warpgroups, one FP8 wgmma of 64 x 128 x 32
-#: each per block; ptxas (Triton 3.9) reports no spills on sm_90 (tools/gpu_static.py).
+#: each per block, one chain per program; ptxas (Triton 3.9) reports no spills on sm_90
+#: (tools/gpu_static.py).
 NATIVE_GPU_CONFIG = TileConfig(128, 128, 8)
 #: The compute capability whose FP8 tensor-core instruction is the hopper preset's.
 NATIVE_CAPABILITY = (9, 0)
@@ -645,24 +654,38 @@ def _accumulate_native(a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: A
     np_ = -(-n // cfg.block_n) * cfg.block_n
     a_codes, a_inf = _native_codes(a, k_index, mp)
     b_codes, b_inf = _native_codes(b, k_index, np_)
-    meta = torch.tensor([*starts, *flat.part_chains, *flat.order, *flat.role], dtype=torch.int32, device=a.device)
+    chain_t = torch.tensor(starts, dtype=torch.int32, device=a.device)
     n_chains = len(starts) - 1
-    chain_t = meta[: n_chains + 1]
-    part_t = meta[n_chains + 1 : n_chains + 2 + n_parts]
-    order_d = meta[n_chains + 2 + n_parts : n_chains + 2 + 2 * n_parts]
-    role_t = meta[n_chains + 2 + 2 * n_parts :]
-    out = torch.empty((m, n), dtype=torch.float32, device=a.device)
     tiles_n = np_ // cfg.block_n
-    programs = mp // cfg.block_m * tiles_n
-    if programs > MAX_PROGRAMS:
-        raise ValueError(f"{m} x {n} outputs need {programs} tiles of {cfg.block_m} x {cfg.block_n}, more than "
-                         f"CUDA's grid holds ({MAX_PROGRAMS})")
-    with _on_device(a.device):
-        _kernels().chain_gemm_native_kernel[(programs,)](
-            a_codes, b_codes, out, chain_t, part_t, order_d, role_t, m, n, kp, n_parts, tiles_n,
-            DOT_K=preset.block_size, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-            ONE_CHAIN=n_parts == 1 and n_chains == 1, num_warps=cfg.num_warps, enable_fp_fusion=False,
-        )
+    tiles = mp // cfg.block_m * tiles_n
+    kernel = _kernels().chain_gemm_native_kernel
+
+    def run(first: int, count: int) -> torch.Tensor:
+        """The results of chains first .. first + count - 1, ``[count, M, N]``."""
+        res = torch.empty((count, m, n), dtype=torch.float32, device=a.device)
+        if tiles * count > MAX_PROGRAMS:
+            raise ValueError(f"{m} x {n} outputs need {tiles * count} programs, more than CUDA's grid holds "
+                             f"({MAX_PROGRAMS}); set {NATIVE_ENV}=0")
+        with _on_device(a.device):
+            kernel[(tiles * count,)](a_codes, b_codes, res, chain_t, first, m, n, kp, tiles, tiles_n,
+                                     DOT_K=preset.block_size, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+                                     num_warps=cfg.num_warps, enable_fp_fusion=False)
+        return res
+
+    if n_parts == 1 and n_chains == 1:
+        out = run(0, 1)[0]
+    else:  # chains in groups that fit the workspace; per part its chains from +0 in K order; then the parts
+        group = max(1, PARALLEL_WORKSPACE_BYTES // max(1, 4 * m * n))
+        partials = []
+        for p in range(n_parts):
+            total = torch.zeros((m, n), dtype=torch.float32, device=a.device)
+            lo, hi = flat.part_chains[p], flat.part_chains[p + 1]
+            for first in range(lo, hi, group):
+                res = run(first, min(group, hi - first))
+                for r in res:
+                    total = total + r
+            partials.append(total)
+        out = combine_parts(partials, plan.split.scheme)
     if a_inf or b_inf:  # Inf codes were zeros in the kernel: their outputs follow IEEE
         reference.recompute_infinite(out, a, b, preset, plan)
     return out

@@ -3,9 +3,12 @@
 # stubs; everything this module exports is wrapped by typed functions in triton_backend.py.)
 """The Triton kernels of the ``triton`` backend: one tensor-core chain schedule per output tile.
 
-Two formulations of the same arithmetic: :func:`chain_gemm_rz_kernel` (the default where it applies,
-see its docstring: round-toward-zero fmas, no conversion, no masks) and :func:`chain_gemm_kernel`
-(the first: truncation by the fp32 -> int32 conversion), described here.
+Two exactly-defined formulations of the same arithmetic: :func:`chain_gemm_rz_kernel` (the default
+where it applies, see its docstring: round-toward-zero fmas, no conversion, no masks; and
+:func:`chains_rz_kernel`, one program per chain and tile) and :func:`chain_gemm_kernel` (the first:
+truncation by the fp32 -> int32 conversion), described here. A third, :func:`chain_gemm_native_kernel`,
+is the sm_90 GPU's own FP8 instruction, used only where that instruction is the preset (see its
+docstring).
 
 Imported lazily by :mod:`mmaemu.backends.triton_backend` (Triton decides at decoration time
 whether a kernel is compiled for the GPU or run by its CPU interpreter, ``TRITON_INTERPRET=1``).
@@ -28,7 +31,7 @@ Every operation is exactly defined, so every GPU returns the same bits:
   even if the compiler contracted a multiply and an add into an FMA the bits would not change;
   the launcher also passes ``enable_fp_fusion=False``.
 
-The kernel never calls ``tl.dot``: tensor-core rounding of the host GPU never enters.
+The exactly-defined kernels never call ``tl.dot``: tensor-core rounding of the host GPU never enters.
 """
 
 try:
@@ -296,66 +299,51 @@ if triton is not None:
         offs = tl.cast(ch, tl.int64) * MP * NP + rm.to(tl.int64)[:, None] * NP + rn[None, :]
         tl.store(out_ptr + offs, c)
 
-    @triton.jit(do_not_specialize=["M", "N", "n_parts", "tiles_n"])
+    @triton.jit(do_not_specialize=["M", "N", "chain0", "tiles", "tiles_n"])
     def chain_gemm_native_kernel(
-        a_ptr,  # fp8 [MP, KP]: codes of a (NaN and Inf codes as +0), k in the plan's order, chains padded to BLOCK
+        a_ptr,  # fp8 [MP, KP]: codes of a (NaN and Inf codes as +0), k in the plan's order, chains padded to DOT_K
         b_ptr,  # fp8 [NP, KP]
-        out_ptr,  # fp32 [M, N]
+        out_ptr,  # fp32 [G, M, N]: the results of chains chain0 .. chain0 + G - 1
         chain_ptr,  # int32 [n_chains + 1]: chain c covers [chain[c], chain[c + 1]) of the padded k
-        part_ptr,  # int32 [n_parts + 1]
-        order_ptr,  # int32 [n_parts]
-        role_ptr,  # int32 [n_parts]
+        chain0,
         M,
         N,
         KP,  # padded K: the row stride of a and b
-        n_parts,
+        tiles,  # output tiles per chain
         tiles_n,
-        DOT_K: tl.constexpr,  # k per tl.dot: a multiple of the instruction's K (32 for FP8 on sm_90)
+        DOT_K: tl.constexpr,  # k per tl.dot: the instruction's K (32 for FP8 on sm_90)
         BLOCK_M: tl.constexpr,
         BLOCK_N: tl.constexpr,
-        ONE_CHAIN: tl.constexpr,
     ):
-        """The sm_90 formulation: the GPU's own FP8 tensor-core instruction, one ``tl.dot`` per DOT_K / B
-        blocks (Triton issues one instruction of K = B per block, in k order), each chain's accumulator
-        passed from block to block (no promotion: Triton's default on sm_90 lets FP8 dots accumulate in
-        the instruction's accumulator), chains padded with zero blocks (a block of zero products leaves
-        c, which has at most F + 1 significant bits, unchanged), chains and parts added and
-        combined in fp32 as in chain_gemm_rz_kernel. Its bits are the hardware's, not exactly-defined
-        IEEE steps: the backend uses it only on sm_90 for the preset the instruction is (B = 32, F = 13,
-        aligned c, truncation), and only after the self-test has found it equal to the reference there;
-        the interpreter cannot run it (its tl.dot is a float matmul), the RZ kernel is its twin."""
+        """The sm_90 formulation: the GPU's own FP8 tensor-core instruction, one ``tl.dot`` of K = B per
+        block, each chain's accumulator passed from block to block from +0 (no promotion: Triton's default
+        on sm_90 lets FP8 dots accumulate in the instruction's accumulator). One program per (chain,
+        output tile), program id ``(chain - chain0) * tiles + tile``, holding one accumulator (no
+        combination state: no spills); the launcher adds the chain results per part in K order and
+        combines the parts in the plan's order in fp32, as for chains_rz_kernel. Its bits are the
+        hardware's, not exactly-defined IEEE steps: the backend uses it only on sm_90 for the arithmetic
+        the instruction is (B = 32, F = 13, aligned c, truncation), and only after the self-test found it
+        equal to the reference there; the interpreter cannot run it (its tl.dot is a float matmul), the
+        RZ kernels are its twin."""
         pid = tl.program_id(0)
-        pid_m = pid // tiles_n
-        pid_n = pid % tiles_n
+        g = pid // tiles
+        tile = pid % tiles
+        pid_m = tile // tiles_n
+        pid_n = tile % tiles_n
         rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         rk = tl.arange(0, DOT_K)
         a_offs = tl.arange(0, BLOCK_M)[:, None] * KP + rk[None, :]
         b_offs = tl.arange(0, BLOCK_N)[None, :] * KP + rk[:, None]
-        total = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-        held = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-        for q in range(0, n_parts):
-            part = tl.load(order_ptr + q)
-            role = tl.load(role_ptr + q)
-            first_chain = tl.load(part_ptr + part)
-            last_chain = tl.load(part_ptr + part + 1)
-            part_total = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-            for ch in range(first_chain, last_chain):
-                k_start = tl.load(chain_ptr + ch)
-                k_stop = tl.load(chain_ptr + ch + 1)
-                c = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-                # a 64-bit base per tile and chain, 32-bit offsets inside the tile (BLOCK_M KP < 2**31)
-                a_base = a_ptr + (pid_m * BLOCK_M).to(tl.int64) * KP + k_start
-                b_base = b_ptr + (pid_n * BLOCK_N).to(tl.int64) * KP + k_start
-                for _ in range(k_start, k_stop, DOT_K):
-                    c = tl.dot(tl.load(a_base + a_offs), tl.load(b_base + b_offs), c)
-                    a_base += DOT_K
-                    b_base += DOT_K
-                if ONE_CHAIN:
-                    total = c
-                else:
-                    part_total = part_total + c  # fp32 RNE: chain results in K order, from +0
-            if not ONE_CHAIN:
-                held, total = _combine(q, role, part_total, held, total)
-        offs = rm.to(tl.int64)[:, None] * N + rn[None, :]
-        tl.store(out_ptr + offs, total, mask=(rm < M)[:, None] & (rn < N)[None, :])
+        k_start = tl.load(chain_ptr + chain0 + g)
+        k_stop = tl.load(chain_ptr + chain0 + g + 1)
+        # a 64-bit base per tile and chain, 32-bit offsets inside the tile (BLOCK_M KP < 2**31)
+        a_base = a_ptr + (pid_m * BLOCK_M).to(tl.int64) * KP + k_start
+        b_base = b_ptr + (pid_n * BLOCK_N).to(tl.int64) * KP + k_start
+        c = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        for _ in range(k_start, k_stop, DOT_K):
+            c = tl.dot(tl.load(a_base + a_offs), tl.load(b_base + b_offs), c)
+            a_base += DOT_K
+            b_base += DOT_K
+        offs = g.to(tl.int64) * M * N + rm.to(tl.int64)[:, None] * N + rn[None, :]
+        tl.store(out_ptr + offs, c, mask=(rm < M)[:, None] & (rn < N)[None, :])
