@@ -213,6 +213,9 @@ def test_choose_launch_cuts_the_work_finer_only_when_the_grid_leaves_sms_idle() 
     assert choose(64, 64, huge, 132) == triton_backend.Launch(triton_backend.RZ_GENERAL_GPU_CONFIG, False)
     with pytest.raises(ValueError, match="sms"):
         choose(64, 64, 1, 0)
+    a, b = adversarial_codes(2, 32, "e4m3", 1), adversarial_codes(2, 32, "e4m3", 2)
+    with pytest.raises(TypeError, match="launch must be a Launch"):
+        accumulate(a, b, HOPPER, plan_accumulation(32, fast=True, split=NONE), launch=TileConfig(16, 16, 1))  # type: ignore[arg-type]
 
 
 def _small_integers(rows: int, k: int, seed: int) -> torch.Tensor:

@@ -82,6 +82,7 @@ __all__ = [
     "NATIVE_ENV",
     "native_applies",
     "disable_native",
+    "device_str",
     "rz_expresses",
     "available",
     "interpreting",
@@ -311,7 +312,8 @@ def rz_expresses(preset: Preset) -> bool:
     return expresses(preset) and (preset.block_size + 1) << (preset.frac_bits + 2) <= 1 << 22
 
 
-def _device_str(device: torch.device) -> str:
+def device_str(device: torch.device) -> str:
+    """``str(device)``, with a bare ``cuda`` resolved to the current CUDA device (the key of per-device state)."""
     if device.type == "cuda" and device.index is None and torch.cuda.is_available():
         device = torch.device("cuda", torch.cuda.current_device())
     return str(device)
@@ -333,7 +335,7 @@ def native_applies(preset: Preset, device: torch.device) -> bool:
 
     if os.environ.get(NATIVE_ENV, "1") == "0" or device.type != "cuda" or interpreting():
         return False
-    if _device_str(device) in _NATIVE_OFF:
+    if device_str(device) in _NATIVE_OFF:
         return False
     if (preset.block_size, preset.frac_bits, preset.c_mode, preset.rounding) != (32, 13, CMode.ALIGNED,
                                                                                   Rounding.TRUNCATE):
@@ -343,7 +345,7 @@ def native_applies(preset: Preset, device: torch.device) -> bool:
 
 def disable_native(device: torch.device) -> None:
     """Keep the sm_90 formulation off on ``device`` for this process (its self-test failed there)."""
-    _NATIVE_OFF.add(_device_str(device))
+    _NATIVE_OFF.add(device_str(device))
 
 
 def kernel_name(preset: Preset, device: torch.device | None = None) -> str:
@@ -425,6 +427,8 @@ def accumulate(
         BackendUnavailableError: Triton is missing, or the tensors are on a device the kernels do not
             run on.
     """
+    if launch is not None and not isinstance(launch, Launch):
+        raise TypeError(f"launch must be a Launch or None, got {type(launch).__name__}")
     usable, reason = available(a.device)
     if not usable:
         raise BackendUnavailableError(f"backend 'triton' is unavailable: {reason}")
@@ -516,18 +520,31 @@ def _padded_layout(chain_starts: list[int], block: int) -> tuple[list[int], torc
     return starts, torch.cat(pieces) if pieces else torch.zeros(0, dtype=torch.int64)
 
 
+def _padded_codes(x: torch.Tensor, k_index: torch.Tensor, rows: int) -> torch.Tensor:
+    """``[r, K]`` FP8 -> int32 codes ``[rows, KP]`` in the padded plan order (``k_index``, -1 for padding);
+    padding and the rows past ``r`` hold 256, the tables' padding entry."""
+    codes = x.view(torch.uint8).to(torch.int32)
+    idx = torch.full((rows, k_index.numel()), 256, dtype=torch.int32, device=x.device)
+    if codes.shape[0]:
+        gathered = codes.index_select(1, k_index.clamp(min=0))
+        idx[: codes.shape[0]] = torch.where((k_index >= 0)[None, :], gathered, torch.full_like(gathered, 256))
+    return idx
+
+
+def _padded_k_index(flat: Any, block: int, device: torch.device) -> tuple[list[int], torch.Tensor]:
+    """The padded layout of :func:`_padded_layout` in k indices of the operands (-1: padding), on ``device``."""
+    starts, index = _padded_layout(list(flat.chain_starts), block)
+    if not flat.identity:
+        k_order = flat.k_order.to(torch.int64)
+        index = torch.where(index >= 0, k_order[index.clamp(min=0)], index)
+    return starts, index.to(device)
+
+
 def _decode_rz(x: torch.Tensor, k_index: torch.Tensor, rows: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, bool]:
     """``[r, K]`` FP8 -> k-major ``[KP, rows]`` arrays (positive part, negative part, exponent) in the
     padded plan order, rows padded to ``rows`` with zeros; and whether an Inf code occurs."""
     pos_t, neg_t, exp_t, inf_t = _rz_tables(x.device)[x.dtype]
-    codes = x.view(torch.uint8).to(torch.int32)
-    r = codes.shape[0]
-    idx = torch.full((rows, k_index.numel()), 256, dtype=torch.int32, device=x.device)
-    valid = k_index >= 0
-    if r:
-        gathered = codes.index_select(1, k_index.clamp(min=0))
-        idx[:r] = torch.where(valid[None, :], gathered, torch.full_like(gathered, 256))
-    idx = idx.t().contiguous().flatten()
+    idx = _padded_codes(x, k_index, rows).t().contiguous().flatten()
     shape = (k_index.numel(), rows)
     has_inf = bool(inf_t.index_select(0, idx).any())
     return (pos_t.index_select(0, idx).view(shape), neg_t.index_select(0, idx).view(shape),
@@ -540,11 +557,7 @@ def _accumulate_rz(a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: Accum
     cfg = launch.tile
     m, n = a.shape[0], b.shape[0]
     n_parts = len(plan.parts)
-    starts, index = _padded_layout(list(flat.chain_starts), preset.block_size)
-    if not flat.identity:
-        k_order = flat.k_order.to(torch.int64)
-        index = torch.where(index >= 0, k_order[index.clamp(min=0)], index)
-    k_index = index.to(a.device)
+    starts, k_index = _padded_k_index(flat, preset.block_size, a.device)
     mp = -(-m // cfg.block_m) * cfg.block_m
     np_ = -(-n // cfg.block_n) * cfg.block_n
     ap, an, ea, a_inf = _decode_rz(a, k_index, mp)
@@ -625,11 +638,7 @@ def _native_codes(x: torch.Tensor, k_index: torch.Tensor, rows: int) -> tuple[to
                              torch.cat([d.is_inf, torch.tensor([False])]).to(x.device))
         _NATIVE_TABLE_CACHE[x.device] = tables
     code_t, inf_t = tables[x.dtype]
-    codes = x.view(torch.uint8).to(torch.int32)
-    idx = torch.full((rows, k_index.numel()), 256, dtype=torch.int32, device=x.device)
-    if codes.shape[0]:
-        gathered = codes.index_select(1, k_index.clamp(min=0))
-        idx[: codes.shape[0]] = torch.where((k_index >= 0)[None, :], gathered, torch.full_like(gathered, 256))
+    idx = _padded_codes(x, k_index, rows)
     flat_idx = idx.flatten()
     has_inf = bool(inf_t.index_select(0, flat_idx).any())
     return code_t.index_select(0, flat_idx).view(idx.shape).view(x.dtype), has_inf
@@ -641,11 +650,7 @@ def _accumulate_native(a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: A
     cfg = NATIVE_GPU_CONFIG
     m, n = a.shape[0], b.shape[0]
     n_parts = len(plan.parts)
-    starts, index = _padded_layout(list(flat.chain_starts), preset.block_size)
-    if not flat.identity:
-        k_order = flat.k_order.to(torch.int64)
-        index = torch.where(index >= 0, k_order[index.clamp(min=0)], index)
-    k_index = index.to(a.device)
+    starts, k_index = _padded_k_index(flat, preset.block_size, a.device)
     kp = k_index.numel()
     if cfg.block_m * kp >= 2**31 or cfg.block_n * kp >= 2**31:
         raise ValueError(f"K = {plan.k} is too long for the sm_90 formulation's 32-bit offsets inside a tile; "

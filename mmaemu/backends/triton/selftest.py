@@ -37,6 +37,7 @@ from .backend import (
     TileConfig,
     accumulate,
     available,
+    device_str,
     disable_native,
     expresses,
     interpreting,
@@ -225,9 +226,7 @@ def _check_kernel(preset: Preset, device: torch.device) -> KernelResult:
 
 def device_key(device: torch.device) -> str:
     """The cache key of a device (``cuda`` resolves to the current CUDA device)."""
-    if device.type == "cuda" and device.index is None and torch.cuda.is_available():
-        device = torch.device("cuda", torch.cuda.current_device())
-    return str(device)
+    return device_str(device)
 
 
 _REPORTS: dict[str, SelfTestReport] = {}
