@@ -261,6 +261,18 @@ if triton is not None:
         offs = rm.to(tl.int64)[:, None] * N + rn[None, :]
         tl.store(out_ptr + offs, total, mask=(rm < M)[:, None] & (rn < N)[None, :])
 
+    @triton.jit
+    def _chain_tile(tiles, tiles_n, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+        """Program id ``g * tiles + tile`` (one program per chain and output tile) -> (g, the tile's row
+        index, its column index, its rows, its columns)."""
+        pid = tl.program_id(0)
+        tile = pid % tiles
+        pid_m = tile // tiles_n
+        pid_n = tile % tiles_n
+        rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        return pid // tiles, pid_m, pid_n, rm, rn
+
     @triton.jit(do_not_specialize=["MP", "NP", "tiles", "tiles_n"])
     def chains_rz_kernel(
         ap_ptr,  # as chain_gemm_rz_kernel
@@ -285,13 +297,7 @@ if triton is not None:
         ``chain * tiles + tile``. Each writes its chain's result; the launcher then adds the chain
         results of every part in K order and combines the parts in the plan's order, with the same
         fp32 additions (round to nearest even) as chain_gemm_rz_kernel, so the bits are the same."""
-        pid = tl.program_id(0)
-        ch = pid // tiles
-        tile = pid % tiles
-        pid_m = tile // tiles_n
-        pid_n = tile % tiles_n
-        rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-        rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        ch, _, _, rm, rn = _chain_tile(tiles, tiles_n, BLOCK_M, BLOCK_N)
         k_start = tl.load(chain_ptr + ch)
         k_stop = tl.load(chain_ptr + ch + 1)
         c = _rz_chain(ap_ptr, an_ptr, ea_ptr, bp_ptr, bn_ptr, eb_ptr, k_start, k_stop, rm, rn, MP, NP,
@@ -325,13 +331,7 @@ if triton is not None:
         the instruction is (B = 32, F = 13, aligned c, truncation), and only after the self-test found it
         equal to the reference there; the interpreter cannot run it (its tl.dot is a float matmul), the
         RZ kernels are its twin."""
-        pid = tl.program_id(0)
-        g = pid // tiles
-        tile = pid % tiles
-        pid_m = tile // tiles_n
-        pid_n = tile % tiles_n
-        rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-        rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        g, pid_m, pid_n, rm, rn = _chain_tile(tiles, tiles_n, BLOCK_M, BLOCK_N)
         rk = tl.arange(0, DOT_K)
         a_offs = tl.arange(0, BLOCK_M)[:, None] * KP + rk[None, :]
         b_offs = tl.arange(0, BLOCK_N)[None, :] * KP + rk[:, None]
