@@ -14,6 +14,8 @@ __all__ = [
     "UnsupportedFeatureError",
     "ReferenceRejectsError",
     "BackendUnavailableError",
+    "RecordingDamagedError",
+    "RecordUnavailableError",
     "MmaemuWarning",
     "BackendFallbackWarning",
     "UnverifiedSplitWarning",
@@ -44,6 +46,17 @@ class ReferenceRejectsError(MmaemuError, RuntimeError):
 
 class BackendUnavailableError(MmaemuError):
     """The requested backend cannot run here (missing dependency, device, or failed self-test)."""
+
+
+class RecordingDamagedError(MmaemuError, ValueError):
+    """A recording cannot be trusted: a file is missing, changed, malformed, oversized, or not a regular file.
+
+    The message names the file and, where one is at fault, the field. Also a :class:`ValueError`.
+    """
+
+
+class RecordUnavailableError(BackendUnavailableError):
+    """The recorder needs a CUDA GPU with cuBLASLt; this machine lacks one (the message says what)."""
 
 
 class MmaemuWarning(UserWarning):

@@ -145,3 +145,26 @@ def one_torch_thread() -> "Iterator[None]":
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def emulated_recording(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One complete recording of the emulated 'GPU' (hopper arithmetic, contiguous splits), replayed once
+    (its replay.json passed): plumbing for the record/replay tests. Tests change copies only
+    (:func:`emulated_device.copy_recording`)."""
+    import torch
+    from emulated_device import TINY_GRID, EmulatedDevice
+
+    from mmaemu.recording.record import record
+    from mmaemu.recording.replay import replay
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        path = tmp_path_factory.mktemp("rec") / "hopper-emulated"
+        record(path, budget_minutes=30, grid=TINY_GRID, device=EmulatedDevice("hopper"), progress=None)
+        report = replay(path)
+    finally:
+        torch.set_num_threads(before)
+    assert report.passed, report.summary()
+    return path

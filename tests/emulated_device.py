@@ -8,7 +8,9 @@ mmaemu's own, so a replay of its recordings can only show that the machinery is 
 from __future__ import annotations
 
 import dataclasses
+import shutil
 import warnings
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -81,3 +83,12 @@ class EmulatedDevice:
             return mmaemu.scaled_mm(a, b.t(), scale_a, scale_b, scale_result=scale_result, out_dtype=out_dtype,
                                     use_fast_accum=fast, profile=self.profile,
                                     splitk=self.split_of(a.shape[0], b.shape[0], a.shape[1]))
+
+
+def copy_recording(src: Path, tmp_path: Path, *, keep_report: bool = True) -> Path:
+    """A copy of a recording to change (``tmp_path / "copy"``), with or without its replay.json."""
+    dst = tmp_path / "copy"
+    shutil.copytree(src, dst)
+    if not keep_report:
+        (dst / "replay.json").unlink(missing_ok=True)
+    return dst

@@ -7,19 +7,20 @@ The recordings here come from ``tests/emulated_device.py`` (plumbing, as in ``te
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
-from emulated_device import TINY_GRID, EmulatedDevice
+from emulated_device import copy_recording
 
 from mmaemu import bench, cli
 from mmaemu.accumulation import Scheme, SplitK
+from mmaemu.errors import RecordingDamagedError
 from mmaemu.recording import replay as replay_module
-from mmaemu.recording.record import main_record, record
+from mmaemu.recording.record import main_record
+from mmaemu.recording.attestation import attest
 from mmaemu.recording.format import RecordingWriter, reseal
 from mmaemu.recording.replay import main_replay, replay
 
@@ -27,19 +28,13 @@ from mmaemu.recording.replay import main_replay, replay
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
-@pytest.fixture(scope="module")
-def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A complete recording of the emulated 'GPU', replayed once (its replay.json says passed)."""
-    path = tmp_path_factory.mktemp("hostile") / "rec"
-    record(path, budget_minutes=30, grid=TINY_GRID, device=EmulatedDevice("hopper"), progress=None)
-    assert replay(path).passed
-    return path
+@pytest.fixture
+def recorded(emulated_recording: Path) -> Path:
+    return emulated_recording
 
 
 def _copy(src: Path, tmp_path: Path) -> Path:
-    dst = tmp_path / "copy"
-    shutil.copytree(src, dst)
-    return dst
+    return copy_recording(src, tmp_path, keep_report=True)
 
 
 def _usage_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
@@ -124,7 +119,8 @@ def test_an_unusable_backend_is_refused_before_reading(recorded: Path, tmp_path:
 def test_truncated_files_are_reported_by_name(recorded: Path, tmp_path: Path, name: str, resealed: bool,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     """Old code: a truncated npz raised BadZipFile / EOFError from deep inside the replay (a traceback); a
-    resealed truncated calls.jsonl silently dropped the calls after the torn line."""
+    resealed truncated calls.jsonl silently dropped the calls after the torn line. A damaged recording is exit 2
+    (nothing could be replayed), with the report naming the file."""
     path = _copy(recorded, tmp_path)
     data = (path / name).read_bytes()
     cut = len(data) // 2
@@ -134,7 +130,7 @@ def test_truncated_files_are_reported_by_name(recorded: Path, tmp_path: Path, na
     (path / name).write_bytes(data[:cut])
     if resealed:
         reseal(path)
-    assert main_replay(str(path), "auto", None, None) == 1
+    assert main_replay(str(path), "auto", None, None) == 2
     out = capsys.readouterr().out
     assert "FAILED" in out and f"DAMAGED FILE {name}" in out
     assert ("does not parse" if resealed else "changed since recording") in out
@@ -171,7 +167,7 @@ def test_a_damaged_manifest_is_a_clean_error(recorded: Path, tmp_path: Path, con
     path = _copy(recorded, tmp_path)
     before = (path / "replay.json").read_bytes()
     (path / "manifest.json").write_bytes(content)
-    with pytest.raises(replay_module.RecordingDamagedError):
+    with pytest.raises(RecordingDamagedError):
         replay(path)
     assert cli.main(["replay", str(path)]) == 2
     err = capsys.readouterr().err
@@ -209,6 +205,8 @@ def test_an_interrupted_replay_writes_nothing(recorded: Path, tmp_path: Path, mo
 
 _BAD = [
     ["explain", "-1", "5", "5"],
+    ["explain", "18446744073709551616", "16", "16"],  # issue 24, item 10: old code, a TypeError traceback (exit 1)
+    ["explain", "16", "16", str(1 << 31)],
     ["explain", "a", "5", "5"],
     ["explain", "1.5", "5", "5"],
     ["explain", "16", "16", "16", "--fmt", "e4m3"],
@@ -254,6 +252,14 @@ def test_bad_option_values_are_usage_errors(argv: list[str], tmp_path: Path,
     (tmp_path / "file").write_text("x")
     _usage_error([a.replace("{tmp}", str(tmp_path)) for a in argv], capsys)
     assert not (tmp_path / "r").exists()
+
+
+def test_a_closed_pipe_ends_quietly() -> None:
+    """Issue 24, item 10. Old code: ``explain ... | head`` ended in a BrokenPipeError traceback."""
+    script = f"{sys.executable} -m mmaemu explain 64 5760 1920 --fast | true; echo ${{PIPESTATUS[0]}}"  # true reads nothing
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=False)
+    assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
+    assert done.stdout.strip() == "141"
 
 
 def test_usage_error_from_the_shell() -> None:
@@ -345,7 +351,7 @@ def test_a_replay_under_another_preset_does_not_validate_the_profile(recorded: P
     report = json.loads((path / "replay.json").read_text())
     assert profile_from_recording(path).maturity is Maturity.VALIDATED
     report["preset"] = "ada"  # what `replay --preset ada` writes when every call matches under ada too
-    (path / "replay.json").write_text(json.dumps(report))
+    (path / "replay.json").write_text(json.dumps(attest(report)))  # as this machine's replay would attest it
     profile = profile_from_recording(path)
     assert profile.maturity is Maturity.EXPERIMENTAL and profile.evidence is not None
     assert profile.evidence["replay"] == "under another preset or split family"

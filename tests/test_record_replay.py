@@ -9,14 +9,13 @@ evidence about any GPU. No GPU run was made for them.
 from __future__ import annotations
 
 import json
-import shutil
 import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from emulated_device import TINY_GRID, EmulatedDevice
+from emulated_device import TINY_GRID, EmulatedDevice, copy_recording
 
 import mmaemu
 from mmaemu.platforms.splitk import SplitSource
@@ -28,7 +27,8 @@ from mmaemu.platforms.splitk import Problem, resolve_splitk
 from mmaemu.platforms.table import SplitTable
 from mmaemu.recording.budget import Budget
 from mmaemu.recording.record import Recorder, record
-from mmaemu.recording.format import CallClass, CallRecord, Part, Recording, Section, SectionStatus, reseal
+from mmaemu.recording.format import Recording, inspect, reseal
+from mmaemu.recording.records import CallClass, CallRecord, Part, Section, SectionStatus
 from mmaemu.recording.envelope import TableRows
 from mmaemu.recording.profile import profile_from_recording
 from mmaemu.recording.replay import main_replay, replay
@@ -39,21 +39,13 @@ E4 = Fp8Format.E4M3
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
-@pytest.fixture(scope="module")
-def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A recording of the emulated 'GPU' (hopper arithmetic, contiguous splits), replayed once."""
-    path = tmp_path_factory.mktemp("rec") / "hopper-emulated"
-    record(path, budget_minutes=30, grid=TINY_GRID, device=EmulatedDevice("hopper"), progress=None)
-    report = replay(path)
-    assert report.passed, report.summary()
-    return path
+@pytest.fixture
+def recorded(emulated_recording: Path) -> Path:
+    return emulated_recording
 
 
 def _copy(src: Path, tmp_path: Path) -> Path:
-    dst = tmp_path / "copy"
-    shutil.copytree(src, dst)
-    (dst / "replay.json").unlink(missing_ok=True)
-    return dst
+    return copy_recording(src, tmp_path, keep_report=False)
 
 
 def test_recording_format(recorded: Path) -> None:
@@ -61,7 +53,7 @@ def test_recording_format(recorded: Path) -> None:
     rec = Recording.open(recorded)
     assert rec.manifest["format"] == "mmaemu-recording" and rec.manifest["format_version"] == 1
     assert all(rec.section(s) is SectionStatus.COMPLETE for s in Section)
-    assert rec.changed_files() == []
+    assert inspect(recorded).changed == [] and inspect(recorded).damaged == {}
     assert set(rec.manifest["files"]) == {"heuristics.npz", "heuristics.json", "calls.jsonl", "calls.npz",
                                           "probes.json", "probes.npz"}
     table = SplitTable.from_files(recorded / "heuristics.npz", recorded / "heuristics.json")
@@ -228,7 +220,7 @@ def test_budget_stops_cleanly_and_the_partial_recording_replays(tmp_path: Path) 
     assert rec.section(Section.HEURISTICS) is SectionStatus.PARTIAL
     assert rec.section(Section.ENVIRONMENT) is SectionStatus.COMPLETE
     assert rec.manifest["budget"]["stopped"] and rec.has_table()
-    assert rec.changed_files() == []
+    assert inspect(path).changed == []
     report = replay(path, preset="hopper", split_family=mmaemu.platforms.profiles.SplitFamily.CONTIGUOUS, write=False)
     assert not [f for f in report.failures if not f.startswith(("probes", "recording incomplete"))], report.failures
     assert not report.passed and "section heuristics is partial (stopped by the time budget)" in report.incomplete

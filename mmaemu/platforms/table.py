@@ -21,7 +21,7 @@ import functools
 import io
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -47,6 +47,7 @@ __all__ = [
     "pack_key",
     "unpack_key",
     "table_arrays",
+    "check_table_columns",
     "setting_statistics",
     "serialise_table",
     "write_table",
@@ -172,6 +173,46 @@ def table_arrays(setting: np.ndarray, m: np.ndarray, n: np.ndarray, k: np.ndarra
     return out
 
 
+def check_table_columns(arrays: Mapping[str, np.ndarray], parts: Iterable[int] | None = None) -> None:
+    """Check columns read from an untrusted file: a split-K table's, sorted, of integers in range.
+
+    Args:
+        arrays: the columns.
+        parts: the values a ``part`` column may hold (a recording's), if it has one.
+
+    Raises:
+        ValueError: naming the column: missing, not integers, not one value per row, unsorted or
+            repeated keys, S outside [1, 255], customOption or reduction outside [0, 255].
+    """
+    absent = [k for k in ("key", "setting_start", "S", "custom") if k not in arrays]
+    if absent:
+        raise ValueError(f"column{'s' if len(absent) > 1 else ''} {', '.join(absent)} missing")
+    key, starts = arrays["key"], arrays["setting_start"]
+    for name, col in arrays.items():
+        if col.dtype.kind not in "iu":
+            raise ValueError(f"column {name} holds {col.dtype}, not integers")
+        if col.ndim != 1:
+            raise ValueError(f"column {name} has shape {col.shape}, not one value per row")
+    rows = len(key)
+    if starts.shape != (257,) or int(starts[0]) != 0 or int(starts[-1]) != rows or bool((np.diff(starts) < 0).any()):
+        raise ValueError("column setting_start is not 257 non-decreasing offsets from 0 to the row count")
+    for name, col in arrays.items():
+        if name != "setting_start" and len(col) != rows:
+            raise ValueError(f"column {name} has {len(col)} rows, not {rows}")
+    key = key.astype(np.int64)
+    if rows and int(key.min()) < 0:
+        raise ValueError("column key holds a negative key")
+    counts: np.ndarray = np.asarray(starts, np.int64)[1:] - np.asarray(starts, np.int64)[:-1]
+    setting = np.repeat(np.arange(256, dtype=np.int64), counts)
+    if rows > 1 and bool(((np.diff(key) <= 0) & (np.diff(setting) == 0)).any()):
+        raise ValueError("column key is not strictly increasing within each setting (unsorted or repeated rows)")
+    for name, lo, hi in (("S", 1, 255), ("custom", 0, 255), ("reduction", 0, 255)):
+        if name in arrays and rows and (int(arrays[name].min()) < lo or int(arrays[name].max()) > hi):
+            raise ValueError(f"column {name} holds values outside [{lo}, {hi}]")
+    if parts is not None and "part" in arrays and rows and not set(np.unique(arrays["part"]).tolist()) <= set(parts):
+        raise ValueError(f"column part holds values that are not parts {sorted(parts)}")
+
+
 def setting_statistics(arrays: Mapping[str, np.ndarray]) -> list[dict[str, Any]]:
     """Per setting with rows: its workspace, output, fast, formats, rows, split rows, S values, largest
     split M*N and smallest split K (the ``settings`` of a table's info)."""
@@ -246,10 +287,19 @@ class SplitTable:
 
     @staticmethod
     def from_files(npz_path: str | os.PathLike[str], json_path: str | os.PathLike[str]) -> SplitTable:
-        """Load a table written in the shipped format (``<table_id>.npz`` and ``.json``) from any path."""
+        """Load a table written in the shipped format (``<table_id>.npz`` and ``.json``) from any path.
+
+        Raises:
+            ValueError: the columns are not a split-K table's (:func:`check_table_columns`), or the
+                info is not a JSON object with a ``table_id`` and ``verified_combos``.
+        """
         info = json.loads(Path(json_path).read_text())
-        with np.load(Path(npz_path)) as data:
-            return SplitTable.from_arrays(str(info["table_id"]), info, data)
+        if not isinstance(info, dict) or "table_id" not in info or not isinstance(info.get("verified_combos"), list):
+            raise ValueError(f"{json_path}: not a split-K table's info (a JSON object with table_id and verified_combos)")
+        with np.load(Path(npz_path), allow_pickle=False) as data:
+            columns = {k: np.asarray(data[k]) for k in data.files}
+        check_table_columns(columns)
+        return SplitTable.from_arrays(str(info["table_id"]), info, columns)
 
     @staticmethod
     def from_arrays(table_id: str, info: dict[str, Any], data: Any) -> SplitTable:

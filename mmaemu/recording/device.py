@@ -16,15 +16,11 @@ from typing import Any, Protocol
 
 import torch
 
-from ..errors import BackendUnavailableError
+from ..errors import BackendUnavailableError, RecordUnavailableError
 from ..platforms.cublaslt import HeuristicQuery, HeuristicResult
-from .format import sha256_file
+from .records import sha256_file
 
-__all__ = ["CudaDevice", "Device", "RecordUnavailableError", "default_torch_workspace"]
-
-
-class RecordUnavailableError(BackendUnavailableError):
-    """The recorder needs a CUDA GPU with cuBLASLt; this machine lacks one (the message says what)."""
+__all__ = ["CudaDevice", "Device", "default_torch_workspace"]
 
 
 class Device(Protocol):

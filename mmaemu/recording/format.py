@@ -1,4 +1,4 @@
-"""The on-disk format of a reference-platform recording: reading, writing, sealing.
+"""The on-disk format of a reference-platform recording: the one strict reader, the writer, sealing.
 
 A recording (written by ``python -m mmaemu record``, :mod:`mmaemu.recording.record`) is a directory:
 
@@ -15,256 +15,210 @@ A recording (written by ``python -m mmaemu record``, :mod:`mmaemu.recording.reco
   (``out<id>``);
 - ``probes.json`` + ``probes.npz``: the numerics probes (:mod:`mmaemu.recording.probes`): inputs and GPU outputs.
 
+A recording is untrusted input (docs/recording.md, "Threat model"). :meth:`Recording.open` and
+:func:`inspect` are its one reader, shared by the replay and
+:func:`~mmaemu.recording.profile.profile_from_recording`: every file is read once, through
+:class:`~mmaemu.recording.directory.RecordingDirectory` (no links, regular files only, bounded sizes),
+hashed, compared with the manifest and parsed from those same bytes; every field is checked for its
+type and range; a live call's declared shape must fit a memory budget (:data:`MAX_CALL_BYTES`) and
+the recording's own bound on live calls, and a stored output must have that shape. The
+recording's :attr:`Recording.digest` is computed from the files' actual content, so whatever is
+validated is bound to that content.
+
 Inputs of live calls are not stored: :func:`mmaemu.recording.inputs.call_inputs` regenerates them from the seed (FP8 codes from
 numpy's PCG64 raw stream, which is stable across numpy versions) and the record keeps their sha256.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import enum
-import hashlib
+import io
 import json
 import os
+import zipfile
+import zlib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from ..formats import Fp8Format, OutFormat
-from ..platforms.table import FMT_NAMES, FP8_FORMATS, OUT_FORMATS, OUT_NAMES, write_table
+from ..errors import RecordingDamagedError
+from ..platforms.table import WS_BYTES, check_table_columns, serialise_table
+from .directory import RecordingDirectory
+from .records import (
+    FORMAT,
+    FORMAT_VERSION,
+    CallRecord,
+    Part,
+    Section,
+    SectionStatus,
+    sha256_bytes,
+)
 
 __all__ = [
-    "FORMAT",
-    "FORMAT_VERSION",
-    "CallClass",
-    "CallRecord",
-    "DataKind",
-    "Part",
+    "DATA_FILES",
+    "MAX_ARRAY_BYTES",
+    "MAX_CALL_BYTES",
+    "SECTION_FILES",
+    "Inspection",
     "Recording",
     "RecordingWriter",
-    "Section",
-    "SectionStatus",
-    "fp32_bits",
-    "fp32_scalar",
-    "output_bytes",
-    "output_sha256",
+    "call_bytes",
+    "inspect",
     "reseal",
-    "sha256_bytes",
-    "sha256_file",
 ]
 
-FORMAT = "mmaemu-recording"
-FORMAT_VERSION = 1
-
-
-class Section(enum.Enum):
-    """The sections of a recording, in the order the recorder runs them."""
-
-    ENVIRONMENT = "environment"
-    HEURISTICS = "heuristics"
-    PROBES = "probes"
-    CALLS = "calls"
-
-
-class SectionStatus(enum.Enum):
-    """How far a section got."""
-
-    PENDING = "pending"
-    COMPLETE = "complete"
-    PARTIAL = "partial"  # stopped by the time budget; what it has is written
-    SKIPPED = "skipped"
-
-
-class Part(enum.IntEnum):
-    """Which part of the heuristic grid a table row comes from (column ``part``)."""
-
-    GRID = 0  # the dense envelope grid (M x M*N levels x K); 1 in 5 shapes is held out (heldout_mask)
-    HELDOUT = 1  # random shapes, never used by the fit
-    MODEL = 2  # common model projection shapes
-    LIVE = 3  # the shapes of live calls and probes
-
-
-class DataKind(enum.Enum):
-    """How the inputs of a live call are generated from its seed."""
-
-    RANDOM = "random"
-    ADVERSARIAL = "adversarial"
-
-
-class CallClass(enum.Enum):
-    """The classes a replay reports live calls by."""
-
-    UNSPLIT_RANDOM = "unsplit/random"
-    UNSPLIT_ADVERSARIAL = "unsplit/adversarial"
-    SPLIT_RANDOM = "split/random"
-    SPLIT_ADVERSARIAL = "split/adversarial"
-
-    @staticmethod
-    def of(split: bool, data: DataKind) -> CallClass:
-        """The class of a call."""
-        if split:
-            return CallClass.SPLIT_RANDOM if data is DataKind.RANDOM else CallClass.SPLIT_ADVERSARIAL
-        return CallClass.UNSPLIT_RANDOM if data is DataKind.RANDOM else CallClass.UNSPLIT_ADVERSARIAL
-
-def sha256_bytes(data: bytes) -> str:
-    """Hex sha256 of bytes."""
-    return hashlib.sha256(data).hexdigest()
-
-
-def sha256_file(path: Path) -> str:
-    """Hex sha256 of a file."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
+#: The data files of each section (what a complete section must have sealed in the manifest).
+SECTION_FILES: dict[Section, tuple[str, ...]] = {
+    Section.ENVIRONMENT: (),
+    Section.HEURISTICS: ("heuristics.npz", "heuristics.json"),
+    Section.PROBES: ("probes.json", "probes.npz"),
+    Section.CALLS: ("calls.jsonl", "calls.npz"),
+}
+DATA_FILES: tuple[str, ...] = tuple(name for names in SECTION_FILES.values() for name in names)
+MANIFEST = "manifest.json"
+#: The largest manifest (it holds digests and a few descriptions: kilobytes).
+_MAX_MANIFEST_BYTES = 16 << 20
+#: The most the arrays of one ``.npz`` file may hold once decompressed.
+MAX_ARRAY_BYTES = 4 << 30
+#: The most memory one live call's replay may need (:func:`call_bytes`): a call declaring more is damage.
+MAX_CALL_BYTES = 4 << 30
+#: What a file that does not parse raises while it is parsed (zip, zlib, numpy's format, JSON, text).
+_PARSE_ERRORS = (EOFError, ValueError, KeyError, TypeError, IndexError, zipfile.BadZipFile, zlib.error,
+                 UnicodeDecodeError, OverflowError)
 _INT_OF_WIDTH = {1: torch.uint8, 2: torch.int16, 4: torch.int32}
 
 
-def output_bytes(t: torch.Tensor) -> bytes:
-    """The raw little-endian bits of a tensor, row-major (what a recording hashes and stores)."""
-    arr = t.detach().contiguous().cpu().view(_INT_OF_WIDTH[t.element_size()]).numpy()
-    return arr.astype(arr.dtype.newbyteorder("<"), copy=False).tobytes()
+def call_bytes(call: CallRecord) -> int:
+    """The memory a live call's replay needs, about: its FP8 inputs, and fp32 accumulators for every part."""
+    return (call.m + call.n) * call.k + 4 * call.m * call.n * (max(call.S, 1) + 3)
 
 
-def output_sha256(t: torch.Tensor) -> str:
-    """sha256 of :func:`output_bytes`."""
-    return sha256_bytes(output_bytes(t))
+def _load_npz(data: bytes) -> dict[str, np.ndarray]:
+    """The arrays of an ``.npz`` file's bytes, every declared size checked before anything is allocated.
 
-
-
-@dataclass(frozen=True)
-class CallRecord:
-    """One live ``torch._scaled_mm(a, b.t(), scale_a, scale_b, ...)`` call of a recording.
-
-    Attributes:
-        id: index in ``calls.jsonl``.
-        m: M.
-        n: N.
-        k: K.
-        fmt_a: mat1's format.
-        fmt_b: mat2's format.
-        out: the output format.
-        fast: ``use_fast_accum``.
-        data: how the inputs were generated.
-        seed: their seed (:func:`call_inputs`).
-        input_sha256: sha256 of the generated inputs, checked before replaying.
-        scale_a_bits: fp32 bits of scale_a.
-        scale_b_bits: fp32 bits of scale_b.
-        scale_result_bits: fp32 bits of scale_result, or None when not passed.
-        workspace_bytes: the workspace the heuristic was queried with (torch's).
-        S: the heuristic's split (1: unsplit).
-        custom: its customOption.
-        reduction: its reduction scheme.
-        outputs: sha256 of the output of each run (two when the call ran twice).
-        stored: whether ``calls.npz`` holds the full output (``out<id>``).
-        error: the exception torch raised (``"Class: message"``), else None.
+    Raises:
+        ValueError: not an npz of plain numeric arrays, or one that would decompress past :data:`MAX_ARRAY_BYTES`.
     """
-
-    id: int
-    m: int
-    n: int
-    k: int
-    fmt_a: Fp8Format
-    fmt_b: Fp8Format
-    out: OutFormat
-    fast: bool
-    data: DataKind
-    seed: int
-    input_sha256: str
-    scale_a_bits: int
-    scale_b_bits: int
-    scale_result_bits: int | None
-    workspace_bytes: int
-    S: int
-    custom: int
-    reduction: int
-    outputs: tuple[str, ...]
-    stored: bool
-    error: str | None = None
-
-    @property
-    def call_class(self) -> CallClass:
-        """Split or not, random or adversarial."""
-        return CallClass.of(self.S > 1, self.data)
-
-    @property
-    def deterministic(self) -> bool:
-        """Whether every run gave the same bits."""
-        return len(set(self.outputs)) <= 1
-
-    def to_json(self) -> dict[str, Any]:
-        """The JSON object of ``calls.jsonl``."""
-        d = dataclasses.asdict(self)
-        d.update(fmt_a=self.fmt_a.short_name, fmt_b=self.fmt_b.short_name, out=self.out.dtype_name,
-                 data=self.data.value, outputs=list(self.outputs), call_class=self.call_class.value)
-        return d
-
-    @staticmethod
-    def from_json(d: Mapping[str, Any]) -> CallRecord:
-        """Parse a line of ``calls.jsonl``."""
-        fields = {f.name for f in dataclasses.fields(CallRecord)}
-        values = {k: v for k, v in d.items() if k in fields}
-        values.update(fmt_a=FP8_FORMATS[FMT_NAMES.index(d["fmt_a"])], fmt_b=FP8_FORMATS[FMT_NAMES.index(d["fmt_b"])],
-                      out=OUT_FORMATS[OUT_NAMES.index(d["out"])], data=DataKind(d["data"]), outputs=tuple(d["outputs"]))
-        return CallRecord(**values)
+    arrays: dict[str, np.ndarray] = {}
+    with zipfile.ZipFile(io.BytesIO(data)) as z:
+        infos = z.infolist()
+        if len(infos) > 1 << 16:
+            raise ValueError(f"{len(infos)} members: more than an npz of a recording holds")
+        total = sum(info.file_size for info in infos)
+        if total > MAX_ARRAY_BYTES:
+            raise ValueError(f"its arrays would take {total:,} bytes, more than {MAX_ARRAY_BYTES:,}")
+        for info in infos:
+            if not info.filename.endswith(".npy") or "/" in info.filename:
+                raise ValueError(f"member {info.filename!r} is not an array")
+            member = z.read(info)  # CRC-checked
+            fh = io.BytesIO(member)
+            version = np.lib.format.read_magic(fh)
+            if version == (1, 0):
+                shape, _, dtype = np.lib.format.read_array_header_1_0(fh)
+            elif version in ((2, 0), (3, 0)):
+                shape, _, dtype = np.lib.format.read_array_header_2_0(fh)
+            else:
+                raise ValueError(f"member {info.filename!r}: npy version {version}")
+            if dtype.hasobject or dtype.kind not in "biuf":
+                raise ValueError(f"member {info.filename!r} holds {dtype}, not numbers")
+            if int(np.prod(shape, dtype=np.int64)) * dtype.itemsize > len(member):
+                raise ValueError(f"member {info.filename!r} declares {shape} but holds fewer bytes")
+            fh.seek(0)
+            arrays[info.filename[: -len(".npy")]] = np.load(fh, allow_pickle=False)
+    return arrays
 
 
-def fp32_scalar(bits: int) -> torch.Tensor:
-    """A 0-dim float32 tensor of the given bits."""
-    return torch.tensor(np.uint32(bits).view(np.int32).item(), dtype=torch.int32).view(torch.float32)
+def _json_object(data: bytes) -> dict[str, Any]:
+    doc = json.loads(data.decode("utf-8"))
+    if not isinstance(doc, dict):
+        raise ValueError("not a JSON object")
+    return doc
 
 
-def fp32_bits(x: float) -> int:
-    """The bits of ``x`` rounded to fp32."""
-    return int(np.float32(x).view(np.uint32))
+def _check_manifest(where: Path, manifest: dict[str, Any]) -> None:
+    """Raise RecordingDamagedError when the manifest is not one this reader reads."""
+    if manifest.get("format") != FORMAT or manifest.get("format_version") != FORMAT_VERSION:
+        raise RecordingDamagedError(f"{where}: format {manifest.get('format')!r} version "
+                                    f"{manifest.get('format_version')!r} is not {FORMAT!r} version {FORMAT_VERSION}")
+    files = manifest.get("files", {})
+    if not isinstance(files, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in files.items()):
+        raise RecordingDamagedError(f"{where}: field 'files' is not a map of file names to sha256 digests")
+    unknown = sorted(set(files) - set(DATA_FILES))
+    if unknown:
+        raise RecordingDamagedError(f"{where}: field 'files' lists files a recording does not have: {unknown}")
+    sections = manifest.get("sections", {})
+    statuses = {s.value for s in SectionStatus}
+    if (not isinstance(sections, dict) or not set(sections) <= {s.value for s in Section}
+            or not all(isinstance(v, str) and v in statuses for v in sections.values())):
+        raise RecordingDamagedError(f"{where}: field 'sections' is not a map of sections to {sorted(statuses)}")
+    environment = manifest.get("environment", {})
+    if not isinstance(environment, dict):
+        raise RecordingDamagedError(f"{where}: field 'environment' is not a JSON object")
+    for key in ("sm_count", "torch_workspace_bytes"):
+        value = environment.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << 40):
+            raise RecordingDamagedError(f"{where}: field environment.{key}={value!r} is not a non-negative integer")
+    if environment.get("torch_workspace_bytes", WS_BYTES[1]) not in WS_BYTES:
+        raise RecordingDamagedError(f"{where}: field environment.torch_workspace_bytes is not one of {list(WS_BYTES)}")
+    for key in ("grid", "budget"):
+        if not isinstance(manifest.get(key, {}), dict):
+            raise RecordingDamagedError(f"{where}: field {key!r} is not a JSON object")
+
+
+def _read_manifest(d: RecordingDirectory) -> dict[str, Any]:
+    where = d.root / MANIFEST
+    text = d.read(MANIFEST, limit=_MAX_MANIFEST_BYTES)
+    if text is None:
+        raise RecordingDamagedError(f"{d.root} is not a recording: no manifest.json")
+    try:
+        manifest = _json_object(text)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RecordingDamagedError(f"{where} is not a JSON object ({exc}): the recording is damaged; copy it again "
+                                    "from the machine that recorded it") from None
+    _check_manifest(where, manifest)
+    return manifest
 
 
 @dataclass
 class Recording:
-    """A recording directory, read.
+    """A recording, read strictly and held in memory (:meth:`open`; :func:`inspect` for a damaged one).
 
     Attributes:
         path: the directory.
         manifest: ``manifest.json``.
         calls: the live calls.
+        digest: one sha256 over the data files' actual sha256 (what a replay report is tied to).
+        files: the data files' actual sha256, by name.
     """
 
     path: Path
     manifest: dict[str, Any]
     calls: list[CallRecord]
+    digest: str
+    files: dict[str, str]
+    _table: dict[str, np.ndarray] | None = field(default=None, repr=False)
+    _table_info: dict[str, Any] | None = field(default=None, repr=False)
+    _outputs: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+    _probes: dict[str, Any] | None = field(default=None, repr=False)
+    _probe_arrays: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
 
     @staticmethod
     def open(path: str | os.PathLike[str]) -> Recording:
-        """Read a recording's manifest and call records (arrays are read on demand).
+        """Read a recording, trusting nothing (see the module docstring).
 
         Raises:
-            ValueError: not a recording, or a format version this mmaemu does not read.
+            RecordingDamagedError: anything damaged, naming the file and the field: not a recording
+                directory, a link or special file in it, a manifest of another format, a file changed
+                since it was sealed, missing, unsealed, oversized or malformed.
         """
-        root = Path(path)
-        manifest_path = root / "manifest.json"
-        if not manifest_path.is_file():
-            raise ValueError(f"{root} is not a recording: no manifest.json")
-        manifest = json.loads(manifest_path.read_text())
-        if manifest.get("format") != FORMAT or manifest.get("format_version") != FORMAT_VERSION:
-            raise ValueError(f"{root}: format {manifest.get('format')!r} version {manifest.get('format_version')!r} "
-                             f"is not {FORMAT!r} version {FORMAT_VERSION}")
-        calls_path = root / "calls.jsonl"
-        calls = []
-        if calls_path.is_file():
-            for line in calls_path.read_text().splitlines():
-                if line.strip():
-                    try:
-                        calls.append(CallRecord.from_json(json.loads(line)))
-                    except (ValueError, KeyError, TypeError):
-                        break  # a torn last line of a recording that was killed
-        return Recording(root, manifest, calls)
+        found = inspect(path)
+        if found.recording is None:
+            raise RecordingDamagedError(f"{Path(path)}: the recording is damaged: " + "; ".join(
+                f"{name}: {why}" for name, why in found.damaged.items()))
+        return found.recording
 
     @property
     def environment(self) -> dict[str, Any]:
@@ -277,61 +231,159 @@ class Recording:
 
     def has_table(self) -> bool:
         """Whether the heuristic table was written."""
-        return (self.path / "heuristics.npz").is_file() and (self.path / "heuristics.json").is_file()
+        return self._table is not None and self._table_info is not None
 
     def table_columns(self) -> dict[str, np.ndarray]:
-        """The heuristic table's columns (``key``, ``setting_start``, ``S``, ``custom``, ``part``, ...)."""
-        with np.load(self.path / "heuristics.npz") as data:
-            return {k: np.asarray(data[k]) for k in data.files}
+        """The heuristic table's columns (``key``, ``setting_start``, ``S``, ``custom``, ``part``, ...).
+
+        Raises:
+            ValueError: the recording has no table.
+        """
+        if self._table is None:
+            raise ValueError(f"{self.path}: the recording has no heuristic table (its heuristics section did not run)")
+        return dict(self._table)
 
     def table_info(self) -> dict[str, Any]:
-        """The heuristic table's ``info``."""
-        info: dict[str, Any] = json.loads((self.path / "heuristics.json").read_text())
-        return info
+        """The heuristic table's ``info`` (as recorded: describe, never trust, what it says)."""
+        return dict(self._table_info or {})
 
     def stored_output(self, call: CallRecord) -> np.ndarray | None:
         """The full output bits of a stored call, or None."""
-        path = self.path / "calls.npz"
-        if not call.stored or not path.is_file():
-            return None
-        with np.load(path) as data:
-            name = f"out{call.id}"
-            return np.asarray(data[name]) if name in data.files else None
+        return self._outputs.get(f"out{call.id}") if call.stored else None
 
     def probes(self) -> dict[str, Any] | None:
         """``probes.json``, or None."""
-        path = self.path / "probes.json"
-        return json.loads(path.read_text()) if path.is_file() else None
+        return self._probes
 
     def probe_arrays(self) -> dict[str, np.ndarray]:
         """``probes.npz`` (inputs and outputs of the probes)."""
-        path = self.path / "probes.npz"
-        if not path.is_file():
-            return {}
-        with np.load(path) as data:
-            return {k: np.asarray(data[k]) for k in data.files}
+        return dict(self._probe_arrays)
 
-    def changed_files(self) -> list[str]:
-        """Data files whose sha256 differs from the manifest's (or that are missing)."""
-        changed = []
-        for name, digest in self.manifest.get("files", {}).items():
-            path = self.path / name
-            if not path.is_file() or sha256_file(path) != digest:
+
+@dataclass
+class Inspection:
+    """What :func:`inspect` found: the manifest, the files that changed, what is damaged, and the recording.
+
+    Attributes:
+        path: the directory.
+        manifest: ``manifest.json`` (checked).
+        changed: data files missing or with another sha256 than the manifest's.
+        damaged: file -> what is wrong with it (changed, unsealed, malformed, oversized).
+        digest: one sha256 over the data files' actual sha256.
+        recording: the recording, when nothing is damaged; else None.
+    """
+
+    path: Path
+    manifest: dict[str, Any]
+    changed: list[str]
+    damaged: dict[str, str]
+    digest: str
+    recording: Recording | None
+
+
+def inspect(path: str | os.PathLike[str]) -> Inspection:
+    """Read and check a recording; damaged data files are reported, not raised.
+
+    Raises:
+        RecordingDamagedError: the directory cannot be a recording at all: missing, not a directory,
+            holding a link or a special file, or a missing or malformed manifest.
+    """
+    with RecordingDirectory(path) as d:
+        d.check_entries()
+        manifest = _read_manifest(d)
+        files: dict[str, str] = manifest.get("files", {})
+        changed: list[str] = []
+        damaged: dict[str, str] = {}
+        content: dict[str, bytes] = {}
+        actual: dict[str, str] = {}
+        for name, digest in files.items():
+            try:
+                data = d.read(name)
+            except RecordingDamagedError as exc:
+                damaged[name] = str(exc)
+                continue
+            if data is None:
                 changed.append(name)
-        return changed
+                damaged[name] = "missing (the manifest lists it)"
+                continue
+            actual[name] = sha256_bytes(data)
+            content[name] = data
+            if actual[name] != digest:
+                changed.append(name)
+                damaged[name] = "its sha256 is not the manifest's: changed since recording (truncated, damaged or edited)"
+        for name in DATA_FILES:
+            if name not in files and d.exists(name):
+                damaged[name] = "not sealed in the manifest (its sha256 was never recorded)"
+    root = Path(path)
+    digest = sha256_bytes(json.dumps(sorted(actual.items())).encode())
+    recording = None if damaged else _parse(root, manifest, content, actual, digest, damaged)
+    return Inspection(root, manifest, changed, damaged, digest, recording)
 
-    @property
-    def digest(self) -> str:
-        """One sha256 over the manifest's file digests: what a replay report is tied to."""
-        files = self.manifest.get("files", {})
-        return sha256_bytes(json.dumps(sorted(files.items())).encode())
+
+def _parse(root: Path, manifest: dict[str, Any], content: dict[str, bytes], actual: dict[str, str], digest: str,
+           damaged: dict[str, str]) -> Recording | None:
+    """The recording parsed from its files' bytes, or None with ``damaged`` filled in."""
+    parsed: dict[str, Any] = {}
+    for name, data in content.items():
+        try:
+            if name.endswith(".npz"):
+                parsed[name] = _load_npz(data)
+                if name == "heuristics.npz":
+                    check_table_columns(parsed[name], parts=[int(p) for p in Part])
+            elif name == "calls.jsonl":
+                parsed[name] = _parse_calls(data, manifest)
+            else:
+                parsed[name] = _json_object(data)
+        except _PARSE_ERRORS as exc:
+            damaged[name] = f"does not parse ({type(exc).__name__}: {exc})"
+    if damaged:
+        return None
+    calls: list[CallRecord] = parsed.get("calls.jsonl", [])
+    outputs: dict[str, np.ndarray] = parsed.get("calls.npz", {})
+    for call in calls:
+        stored = outputs.get(f"out{call.id}")
+        if not call.stored or stored is None:
+            continue
+        width = call.out.dtype.itemsize
+        if stored.shape != (call.m, call.n) or stored.dtype.itemsize != width or stored.dtype.kind not in "iu":
+            damaged["calls.npz"] = (f"array out{call.id} is {stored.dtype} {stored.shape}, not the {width}-byte integer "
+                                    f"bits of call {call.id}'s [{call.m}, {call.n}] output")
+            return None
+    has_table = "heuristics.npz" in parsed and "heuristics.json" in parsed
+    return Recording(root, manifest, calls, digest, dict(actual),
+                     _table=parsed["heuristics.npz"] if has_table else None,
+                     _table_info=parsed["heuristics.json"] if has_table else None, _outputs=outputs,
+                     _probes=parsed.get("probes.json"), _probe_arrays=parsed.get("probes.npz", {}))
+
+
+def _parse_calls(data: bytes, manifest: Mapping[str, Any]) -> list[CallRecord]:
+    """The call records of ``calls.jsonl``, each line checked, each declared size bounded."""
+    live_cost = manifest.get("grid", {}).get("live_cost")
+    bounded = isinstance(live_cost, int) and not isinstance(live_cost, bool)
+    calls = []
+    for i, line in enumerate(data.decode("utf-8").splitlines()):
+        try:
+            call = CallRecord.from_json(json.loads(line))
+            if call.id != i:
+                raise ValueError(f"id {call.id} is not its line's index {i}")
+            if call_bytes(call) > MAX_CALL_BYTES:
+                raise ValueError(f"m, n, k = {call.m}, {call.n}, {call.k} (S = {call.S}) would need "
+                                 f"{call_bytes(call):,} bytes to replay, more than {MAX_CALL_BYTES:,}")
+            if bounded and (call.m + call.n) * call.k > live_cost:
+                raise ValueError(f"m, n, k = {call.m}, {call.n}, {call.k} exceed the grid's live_cost {live_cost} "
+                                 "((m + n) * k of the largest live call)")
+        except _PARSE_ERRORS as exc:
+            raise ValueError(f"line {i + 1}: {type(exc).__name__}: {exc}") from None
+        calls.append(call)
+    return calls
 
 
 class RecordingWriter:
     """Writes a recording directory incrementally (each section's files as soon as it ends).
 
     The manifest is rewritten after every section, so a recording stopped at any point reads back
-    with the sections it completed.
+    with the sections it completed. Every file goes through
+    :class:`~mmaemu.recording.directory.RecordingDirectory` (new files, renamed into place).
     """
 
     def __init__(self, path: str | os.PathLike[str], *, environment: Mapping[str, Any], grid: Mapping[str, Any],
@@ -340,7 +392,7 @@ class RecordingWriter:
         self.path = Path(path)
         if self.path.exists() and any(self.path.iterdir()):
             raise FileExistsError(f"{self.path} is not empty: a recording needs a fresh directory")
-        self.path.mkdir(parents=True, exist_ok=True)
+        self._dir = RecordingDirectory(self.path, create=True)
         from ..version import __version__
 
         self.manifest: dict[str, Any] = {
@@ -353,7 +405,7 @@ class RecordingWriter:
             "sections": {s.value: SectionStatus.PENDING.value for s in Section},
             "files": {},
         }
-        self._calls = open(self.path / "calls.jsonl", "w")  # noqa: SIM115 - closed by close()
+        self._calls = self._dir.create("calls.jsonl")
         self._outputs: dict[str, np.ndarray] = {}
         self.flush()
 
@@ -371,7 +423,9 @@ class RecordingWriter:
 
     def write_table(self, arrays: Mapping[str, np.ndarray], info: Mapping[str, Any]) -> None:
         """Write ``heuristics.npz`` / ``heuristics.json``."""
-        write_table(self.path, "heuristics", arrays, info)
+        npz, info_json = serialise_table(arrays, info)
+        self._dir.write("heuristics.npz", npz)
+        self._dir.write("heuristics.json", info_json)
         self.flush()
 
     def add_call(self, record: CallRecord, output: torch.Tensor | None) -> None:
@@ -382,41 +436,55 @@ class RecordingWriter:
             c = output.detach().contiguous().cpu()
             self._outputs[f"out{record.id}"] = c.view(_INT_OF_WIDTH[c.element_size()]).numpy().copy()
 
+    def _write_npz(self, name: str, arrays: Mapping[str, np.ndarray]) -> None:
+        buf = io.BytesIO()
+        np.savez_compressed(buf, **dict(arrays))  # type: ignore[arg-type]
+        self._dir.write(name, buf.getvalue())
+
     def write_calls(self) -> None:
         """Write ``calls.npz`` (the stored outputs)."""
-        np.savez_compressed(self.path / "calls.npz", **self._outputs)  # type: ignore[arg-type]
+        self._write_npz("calls.npz", self._outputs)
         self.flush()
 
     def write_probes(self, doc: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> None:
         """Write ``probes.json`` and ``probes.npz``."""
-        (self.path / "probes.json").write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
-        np.savez_compressed(self.path / "probes.npz", **dict(arrays))  # type: ignore[arg-type]
+        self._dir.write("probes.json", (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode())
+        self._write_npz("probes.npz", arrays)
         self.flush()
 
     def flush(self) -> None:
         """Recompute the data files' sha256 and rewrite ``manifest.json``."""
+        if not self._calls.closed:
+            self._calls.flush()
         files = {}
-        for name in ("heuristics.npz", "heuristics.json", "calls.jsonl", "calls.npz", "probes.json", "probes.npz"):
-            path = self.path / name
-            if path.is_file():
-                if name == "calls.jsonl" and hasattr(self, "_calls") and not self._calls.closed:
-                    self._calls.flush()
-                files[name] = sha256_file(path)
+        for name in DATA_FILES:
+            data = self._dir.read(name)
+            if data is not None:
+                files[name] = sha256_bytes(data)
         self.manifest["files"] = files
-        tmp = self.path / "manifest.json.tmp"
-        tmp.write_text(json.dumps(self.manifest, indent=1, sort_keys=True) + "\n")
-        tmp.replace(self.path / "manifest.json")
+        self._dir.write(MANIFEST, (json.dumps(self.manifest, indent=1, sort_keys=True) + "\n").encode())
 
     def close(self) -> None:
         """Close ``calls.jsonl`` and write the final manifest."""
         if not self._calls.closed:
             self._calls.close()
         self.flush()
+        self._dir.close()
 
 
 def reseal(path: str | os.PathLike[str]) -> None:
-    """Recompute a recording's file digests in its manifest (after editing a file on purpose)."""
-    root = Path(path)
-    manifest = json.loads((root / "manifest.json").read_text())
-    manifest["files"] = {name: sha256_file(root / name) for name in manifest.get("files", {}) if (root / name).is_file()}
-    (root / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    """Recompute a recording's file digests in its manifest (after editing a file on purpose).
+
+    Raises:
+        RecordingDamagedError: the directory holds a link or a special file, or its manifest is damaged.
+    """
+    with RecordingDirectory(path) as d:
+        d.check_entries()
+        manifest = _read_manifest(d)
+        files = {}
+        for name in manifest.get("files", {}):
+            data = d.read(name)
+            if data is not None:
+                files[name] = sha256_bytes(data)
+        manifest["files"] = files
+        d.write(MANIFEST, (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())

@@ -48,10 +48,11 @@ from ..accumulation import (
 )
 from ..backends import reference
 from ..epilogue import epilogue
-from ..formats import Fp8Format, dtype_from_name
+from ..errors import RecordingDamagedError
+from ..formats import Fp8Format
 from ..platforms.profiles import SplitFamily
 from ..presets import ADA, B200_MMA_SYNC, HOPPER, CMode, Maturity, Preset, Rounding
-from .format import Recording, sha256_file
+from .format import Recording
 
 __all__ = [
     "CANDIDATES",
@@ -493,18 +494,69 @@ def probe_document(results: Sequence[ProbeResult], errors: Mapping[str, str] | N
 
 
 def results_from_document(doc: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> list[ProbeResult]:
-    """Probe results back from ``probes.json`` and ``probes.npz`` (inputs cut to the compared corner)."""
+    """Probe results back from ``probes.json`` and ``probes.npz`` (inputs cut to the compared corner).
+
+    Both come from a recording, untrusted: every field and array is checked before it is used.
+
+    Raises:
+        RecordingDamagedError: naming the probe and the field (a missing or mistyped field, an unknown
+            stage or format, S or customOption outside a byte, an array of another shape or dtype).
+    """
+    probes = doc.get("probes", [])
+    if not isinstance(probes, list) or len(probes) > 1 << 14:
+        raise RecordingDamagedError("probes.json: field 'probes' is not a list of probes")
     results = []
-    for p in doc.get("probes", []):
-        name = p["name"]
-        if f"out_{name}" not in arrays:
-            continue
-        a = torch.from_numpy(np.ascontiguousarray(arrays[f"a_{name}"])).view(dtype_from_name(p["fmt_a"]))
-        b = torch.from_numpy(np.ascontiguousarray(arrays[f"b_{name}"])).view(dtype_from_name(p["fmt_b"]))
-        out = torch.from_numpy(np.ascontiguousarray(arrays[f"out_{name}"]).view(np.int32)).view(torch.float32)
-        probe = ProbeInput(name, ProbeStage(p["stage"]), a, b, bool(p["fast"]))
-        results.append(ProbeResult(probe, out, int(p["S"]), int(p["custom"])))
+    for i, p in enumerate(probes):
+        try:
+            result = _probe_result(p, arrays)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise RecordingDamagedError(f"probes.json: probe {i}: {exc}") from None
+        if result is not None:
+            results.append(result)
     return results
+
+
+_PROBE_INTS = {"m": (1, 1 << 21), "n": (1, 1 << 21), "k": (1, 1 << 21), "S": (1, 256), "custom": (0, 256)}
+_FP8_NAMES = {str(f.dtype).replace("torch.", ""): f.dtype for f in Fp8Format}
+
+
+def _probe_result(p: Any, arrays: Mapping[str, np.ndarray]) -> ProbeResult | None:
+    """One probe's result (None when the GPU returned no output for it); ValueError naming the field."""
+    if not isinstance(p, dict):
+        raise ValueError("not a JSON object")
+    name = p.get("name")
+    if not isinstance(name, str) or not name or len(name) > 128 or not all(c.isalnum() or c in "_-." for c in name):
+        raise ValueError(f"field 'name'={name!r} is not a plain name")
+    for key, (lo, hi) in _PROBE_INTS.items():
+        value = p.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or not lo <= value < hi:
+            raise ValueError(f"field {key!r}={value!r} is not an integer in [{lo}, {hi})")
+    if not isinstance(p.get("fast"), bool):
+        raise ValueError(f"field 'fast'={p.get('fast')!r} is not true or false")
+    stages = [s.value for s in ProbeStage]
+    if p.get("stage") not in stages:
+        raise ValueError(f"field 'stage'={p.get('stage')!r} is not one of {stages}")
+    stage = ProbeStage(p["stage"])
+    dtypes = []
+    for key in ("fmt_a", "fmt_b"):
+        if p.get(key) not in _FP8_NAMES:
+            raise ValueError(f"field {key!r}={p.get(key)!r} is not one of {sorted(_FP8_NAMES)}")
+        dtypes.append(_FP8_NAMES[p[key]])
+    if f"out_{name}" not in arrays:
+        return None
+    a, b, out = (np.ascontiguousarray(arrays.get(f"{x}_{name}")) for x in ("a", "b", "out"))
+    rows, cols, k = out.shape[0] if out.ndim == 2 else -1, out.shape[1] if out.ndim == 2 else -1, p["k"]
+    for what, arr, shape, dtype in (("a", a, (rows, k), np.uint8), ("b", b, (cols, k), np.uint8),
+                                    ("out", out, (rows, cols), np.uint32)):
+        if arr.shape != shape or arr.dtype != dtype or not 0 < rows <= p["m"] or not 0 < cols <= p["n"]:
+            raise ValueError(f"array {what}_{name} is {arr.dtype} {arr.shape}, not {np.dtype(dtype)} {shape} (within "
+                             f"m = {p['m']}, n = {p['n']})")
+    if p.get("compared", [rows, cols]) != [rows, cols]:
+        raise ValueError(f"field 'compared'={p.get('compared')!r} is not the output's shape [{rows}, {cols}]")
+    ta = torch.from_numpy(a).view(dtypes[0])
+    tb = torch.from_numpy(b).view(dtypes[1])
+    t_out = torch.from_numpy(out.view(np.int32)).view(torch.float32)
+    return ProbeResult(ProbeInput(name, stage, ta, tb, p["fast"]), t_out, p["S"], p["custom"])
 
 
 _VERDICTS: dict[tuple[str, str], ProbeVerdict] = {}
@@ -516,7 +568,7 @@ def verdict_from_recording(rec: Recording) -> ProbeVerdict:
     The verdict is a function of ``probes.json`` and ``probes.npz`` only; it is cached per process by
     their sha256.
     """
-    key = tuple(sha256_file(rec.path / name) if (rec.path / name).is_file() else "" for name in ("probes.json", "probes.npz"))
+    key = tuple(rec.files.get(name, "") for name in ("probes.json", "probes.npz"))
     cached = _VERDICTS.get((key[0], key[1]))
     if cached is not None:
         return cached

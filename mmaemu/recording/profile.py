@@ -13,20 +13,40 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..platforms.profiles import Caller, Profile, SplitFamily, register_profile
-from ..platforms.table import WS_BYTES, SplitTable, register_table
+from ..platforms.table import WS_BYTES, SplitTable, register_table, setting_statistics
 from ..presets import Maturity, Preset
+from .attestation import attested
+from .directory import RecordingDirectory
 from .envelope import TableRows, fit_envelope, heldout_mask, validate_envelope
-from .format import Recording, sha256_bytes
+from .format import Recording
 from .probes import ProbeVerdict, verdict_from_recording
+from .records import sha256_bytes
 
-__all__ = ["profile_from_recording", "register_recording"]
+__all__ = ["profile_from_recording", "register_recording", "replay_report"]
 
 
 def _slug(text: str) -> str:
     return "".join(c for c in text.lower().replace("nvidia", "") if c.isalnum())
 
 
-def profile_from_recording(directory: str | os.PathLike[str], *, name: str | None = None,
+#: The largest replay report read back (reports are kilobytes).
+_MAX_REPORT_BYTES = 64 << 20
+
+
+def replay_report(rec: Recording) -> dict[str, Any] | None:
+    """The recording's ``replay.json`` (read as untrusted input), or None when absent or not a JSON object."""
+    with RecordingDirectory(rec.path) as d:
+        data = d.read("replay.json", limit=_MAX_REPORT_BYTES)
+    if data is None:
+        return None
+    try:
+        report = json.loads(data.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return report if isinstance(report, dict) else None
+
+
+def profile_from_recording(directory: str | os.PathLike[str] | Recording, *, name: str | None = None,
                            workspace_bytes: int | None = None, preset: Preset | None = None,
                            split_family: SplitFamily | None = None, report: Mapping[str, Any] | None = None,
                            register: bool = False, verdict: ProbeVerdict | None = None) -> Profile:
@@ -36,11 +56,15 @@ def profile_from_recording(directory: str | os.PathLike[str], *, name: str | Non
     tested once on the held-out ones (:func:`heldout_mask`). The preset and split family are the probes'
     verdict (or ``preset=`` / ``split_family=``). The profile is ``validated`` only when a replay report
     of this very recording (``replay.json`` in the directory, or ``report=``) passed, the probes fit a
-    preset and at least one live call was replayed; otherwise ``experimental``. ``profile.evidence`` and
-    ``profile.source`` say what was proven.
+    preset and at least one live call was replayed; otherwise ``experimental``. The report must be
+    attested (:mod:`mmaemu.recording.attestation`: written by this user's replay, unedited). "This very recording"
+    means these bytes: the report names the digest of the files' content it replayed
+    (:attr:`~mmaemu.recording.format.Recording.digest`), and the files are read and hashed again here,
+    so a file edited after the replay (resealed or not) never yields a validated profile.
+    ``profile.evidence`` and ``profile.source`` say what was proven.
 
     Args:
-        directory: the recording.
+        directory: the recording directory, or a :class:`~mmaemu.recording.format.Recording` already read.
         name: registry name (default ``"rec-<gpu>-<digest[:8]>"``).
         workspace_bytes: the caller's workspace (default: the recording's torch workspace).
         preset: a :class:`~mmaemu.presets.Preset` to use instead of the probes' verdict.
@@ -50,22 +74,28 @@ def profile_from_recording(directory: str | os.PathLike[str], *, name: str | Non
         verdict: the probes' verdict, when already computed (:func:`mmaemu.recording.probes.verdict_from_recording`).
 
     Raises:
+        RecordingDamagedError: the recording is damaged (a changed, missing, unsealed or malformed file, a
+            link or special file in the directory, a mistyped field); the message names the file and field.
         ValueError: no heuristic table, or the probes fit no preset (or no split family while the table
             has splits) and none was passed.
     """
-    rec = Recording.open(directory)
+    rec = directory if isinstance(directory, Recording) else Recording.open(directory)
     if not rec.has_table():
         raise ValueError(f"{rec.path}: the recording has no heuristic table (its heuristics section did not run)")
     env = rec.environment
     columns = rec.table_columns()
-    info = rec.table_info()
+    # [Note: derived, not trusted] the settings' statistics are recomputed from the sealed columns; the
+    # recorded info contributes descriptions only.
+    info = {**rec.table_info(), "settings": setting_statistics(columns), "rows": len(columns["key"]),
+            "split_rows": int((columns["S"] > 1).sum())}
     rows = TableRows.of(columns)
     held = heldout_mask(rows)
     envelope = fit_envelope(rows.select(~held))
     envelope["validation"] = validate_envelope(envelope, rows.select(held))
-    if report is None and (rec.path / "replay.json").is_file():
-        report = json.loads((rec.path / "replay.json").read_text())
-    report_valid = report is not None and report.get("recording_digest") == rec.digest
+    if report is None:
+        report = replay_report(rec)
+    report_attested = report is not None and attested(report)
+    report_valid = report_attested and report is not None and report.get("recording_digest") == rec.digest
     if verdict is None:
         verdict = verdict_from_recording(rec)
     chosen_preset = preset if preset is not None else verdict.preset
@@ -97,7 +127,9 @@ def profile_from_recording(directory: str | os.PathLike[str], *, name: str | Non
     evidence = {
         "recording": str(rec.path), "recording_digest": rec.digest,
         "sections": dict(rec.manifest.get("sections", {})),
-        "replay": ("not run" if report is None else "for another recording" if not report_valid
+        "replay": ("not run" if report is None
+                   else "not attested (written elsewhere or edited): replay the recording on this machine"
+                   if not report_attested else "for another recording" if not report_valid
                    else "under another preset or split family" if not same_model
                    else "passed" if replay_passed else "failed"),
         "live_calls_equal": live_equal,
@@ -116,7 +148,7 @@ def profile_from_recording(directory: str | os.PathLike[str], *, name: str | Non
         preset=chosen_preset,
         split_family=family,
         gpu=str(env.get("gpu", "unknown")),
-        sm_count=int(env.get("sm_count", 1)),
+        sm_count=int(env.get("sm_count") or 1),
         cublaslt=str(env.get("cublaslt", "unknown")),
         torch_version=str(env.get("torch", "unknown")),
         caller=Caller.TORCH,

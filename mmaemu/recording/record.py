@@ -30,6 +30,7 @@ from typing import Any, TextIO
 import numpy as np
 import torch
 
+from ..errors import RecordUnavailableError
 from ..formats import Fp8Format, OutFormat, fp8_format_of
 from ..platforms.cublaslt import HeuristicQuery
 from ..platforms.table import (
@@ -44,12 +45,12 @@ from ..platforms.table import (
     table_codes,
 )
 from .budget import Budget
-from .device import CudaDevice, Device, RecordUnavailableError, default_torch_workspace
-from .format import (
+from .device import CudaDevice, Device, default_torch_workspace
+from .format import RecordingWriter
+from .records import (
     CallRecord,
     DataKind,
     Part,
-    RecordingWriter,
     Section,
     SectionStatus,
     fp32_bits,

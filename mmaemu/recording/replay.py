@@ -14,16 +14,21 @@ The report (``DIR/replay.json`` and a summary on stdout) says:
   to the shipped table (drift).
 
 Before anything else, the arguments are checked (an unknown or unusable ``backend``, an unknown
-``preset``: :class:`ValueError`, nothing read or written) and the recording's integrity: every data file
-the manifest lists must have its recorded sha256, and no data file may lie beside the manifest unsealed.
-Only then are the files parsed, and a file that does not parse (truncated, corrupt) is reported by name;
-the replay stops there. A recording must also be complete: every section ``complete`` (not ``partial``,
-``pending`` or ``skipped``), its files in the manifest, at least one heuristic row and one live call.
+``preset``: :class:`ValueError`, nothing read or written). The recording is then read by the one
+strict reader, :func:`mmaemu.recording.format.inspect`, as untrusted input: a link, a special file or
+a damaged manifest in the directory is a :class:`~mmaemu.errors.RecordingDamagedError` (nothing
+written); a data file that changed since it was sealed, is unsealed, oversized, or does not parse
+(truncated, corrupt, a mistyped field, a call declaring a shape past the memory budget) is reported by
+name and field, and the replay stops there. A recording must also be complete: every section
+``complete`` (not ``partial``, ``pending`` or ``skipped``), its files in the manifest, at least one
+heuristic row and one live call. The report is written attested
+(:mod:`mmaemu.recording.attestation`), so that only this machine's replay validates a profile.
 
 Exit status 0 only if everything the recording claims matches: a complete recording, no changed or
 damaged file, every live call equal and deterministic, every heuristic row reproduced, no drift, and the
-probes fit a preset. The envelope's
-held-out result is reported, not required (a failed envelope ships as unvalidated, as in the seeds).
+probes fit a preset; 1 when something replayed and did not match; 2 when nothing could be replayed
+(a refused argument, a damaged recording). The envelope's held-out result is reported, not required (a
+failed envelope ships as unvalidated, as in the seeds).
 """
 
 from __future__ import annotations
@@ -33,8 +38,6 @@ import json
 import os
 import sys
 import warnings
-import zipfile
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -45,47 +48,25 @@ from ..backends import Backend, parse_backend, supports
 from ..errors import MmaemuError, MmaemuWarning
 from ..platforms.profiles import PROFILES, Caller, Profile, SplitFamily
 from ..platforms.splitk import Problem, SplitSource, resolve_splitk, scheme_for
-from ..platforms.table import WS_BYTES, Setting, SplitTable
+from ..platforms.table import Setting, SplitTable
 from ..presets import Preset, get_preset
+from .attestation import attest
+from .directory import RecordingDirectory
 from .envelope import TableRows
-from .format import (
-    FORMAT,
-    FORMAT_VERSION,
-    CallClass,
-    CallRecord,
-    Recording,
-    Section,
-    SectionStatus,
-    fp32_scalar,
-    output_bytes,
-    output_sha256,
-    sha256_bytes,
-    sha256_file,
-)
+from .format import SECTION_FILES, Inspection, Recording, inspect
 from .inputs import call_inputs, inputs_sha256
 from .probes import ProbeVerdict, verdict_from_recording
 from .profile import profile_from_recording
+from .records import CallClass, CallRecord, Section, SectionStatus, fp32_scalar, output_bytes, output_sha256
 
-__all__ = ["CallOutcome", "RecordingDamagedError", "ReplayReport", "main_replay", "replay"]
+__all__ = ["CallOutcome", "ReplayReport", "main_replay", "replay"]
 
 #: Rows checked one by one through resolve_splitk per workspace (the rest by the vectorised lookup).
 RESOLVE_SAMPLE = 2000
 
 
-#: The data files of each section (what a complete section must have sealed in the manifest).
-SECTION_FILES: dict[Section, tuple[str, ...]] = {
-    Section.ENVIRONMENT: (),
-    Section.HEURISTICS: ("heuristics.npz", "heuristics.json"),
-    Section.PROBES: ("probes.json", "probes.npz"),
-    Section.CALLS: ("calls.jsonl", "calls.npz"),
-}
-DATA_FILES = tuple(name for names in SECTION_FILES.values() for name in names)
-#: What a file that does not parse raises while it is read (zip, zlib, numpy's format, JSON, text).
-_READ_ERRORS = (OSError, EOFError, ValueError, KeyError, TypeError, IndexError, zipfile.BadZipFile, zlib.error)
-
-
-class RecordingDamagedError(ValueError):
-    """The recording's manifest cannot be read (missing, not JSON, not a recording, malformed)."""
+#: What analysing a recording's probes raises for a malformed probes file.
+_ANALYSIS_ERRORS = (ValueError, KeyError, TypeError, IndexError)
 
 
 @dataclass(frozen=True)
@@ -223,7 +204,7 @@ def _heuristics(rec: Recording, preset: Preset, family: SplitFamily, verdict: Pr
     """Rows reproduced by resolve_splitk, live decisions, envelope, drift."""
     columns = rec.table_columns()
     rows = TableRows.of(columns)
-    profile = profile_from_recording(rec.path, name="replay-heuristics", preset=preset, split_family=family, report={},
+    profile = profile_from_recording(rec, name="replay-heuristics", preset=preset, split_family=family, report={},
                                      verdict=verdict)
     assert profile.table_id is not None
     table = SplitTable.load(profile.table_id)
@@ -306,143 +287,6 @@ def _checked_arguments(backend: str, preset: str | Preset | None,
         raise ValueError(f"preset={preset!r}: {exc.args[0] if exc.args else exc}") from None
 
 
-def _read_manifest(root: Path) -> dict[str, Any]:
-    """``manifest.json``, checked for what the replay reads from it.
-
-    Raises:
-        RecordingDamagedError: the directory or the manifest is missing, unreadable or malformed.
-    """
-    try:
-        if not root.exists():
-            raise RecordingDamagedError(f"{root} does not exist")
-        if not root.is_dir():
-            raise RecordingDamagedError(f"{root} is not a directory: a recording is a directory with a manifest.json")
-        text = (root / "manifest.json").read_bytes()
-    except FileNotFoundError:
-        raise RecordingDamagedError(f"{root} is not a recording: no manifest.json") from None
-    except OSError as exc:
-        raise RecordingDamagedError(f"{root}: cannot read the recording ({exc.strerror or exc})") from None
-    where = root / "manifest.json"
-    try:
-        manifest = json.loads(text)
-    except ValueError as exc:
-        raise RecordingDamagedError(f"{where} is not valid JSON ({exc}): the recording is damaged; copy it again "
-                                    "from the machine that recorded it") from None
-    if not isinstance(manifest, dict):
-        raise RecordingDamagedError(f"{where} is not a JSON object: the recording is damaged")
-    if manifest.get("format") != FORMAT or manifest.get("format_version") != FORMAT_VERSION:
-        raise RecordingDamagedError(f"{root}: format {manifest.get('format')!r} version {manifest.get('format_version')!r} "
-                                    f"is not {FORMAT!r} version {FORMAT_VERSION}")
-    files = manifest.get("files", {})
-    if not isinstance(files, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in files.items()):
-        raise RecordingDamagedError(f"{where}: 'files' is not a map of file names to sha256 digests")
-    unknown = sorted(set(files) - set(DATA_FILES))
-    if unknown:
-        raise RecordingDamagedError(f"{where} lists files a recording does not have: {unknown}")
-    sections = manifest.get("sections", {})
-    statuses = {s.value for s in SectionStatus}
-    if (not isinstance(sections, dict) or not set(sections) <= {s.value for s in Section}
-            or not all(isinstance(v, str) and v in statuses for v in sections.values())):
-        raise RecordingDamagedError(f"{where}: 'sections' is not a map of sections to {sorted(statuses)}")
-    environment = manifest.get("environment", {})
-    if not isinstance(environment, dict):
-        raise RecordingDamagedError(f"{where}: 'environment' is not a JSON object")
-    for key in ("sm_count", "torch_workspace_bytes"):
-        value = environment.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-            raise RecordingDamagedError(f"{where}: environment {key}={value!r} is not a non-negative integer")
-    if environment.get("torch_workspace_bytes", WS_BYTES[1]) not in WS_BYTES:
-        raise RecordingDamagedError(f"{where}: environment torch_workspace_bytes is not one of {WS_BYTES}")
-    return manifest
-
-
-def _integrity(root: Path, files: dict[str, str]) -> tuple[list[str], dict[str, str]]:
-    """(changed: listed files missing or with another sha256, problems: file -> what is wrong), by sha256
-    alone: no data file is parsed here."""
-    changed: list[str] = []
-    problems: dict[str, str] = {}
-    for name, digest in files.items():
-        path = root / name
-        try:
-            if not path.is_file():
-                changed.append(name)
-                problems[name] = "missing (the manifest lists it)"
-            elif sha256_file(path) != digest:
-                changed.append(name)
-                problems[name] = "its sha256 is not the manifest's: changed since recording (truncated, damaged or edited)"
-        except OSError as exc:
-            problems[name] = f"cannot be read ({exc.strerror or exc})"
-    for name in DATA_FILES:
-        if name not in files and (root / name).exists():
-            problems[name] = "not sealed in the manifest (its sha256 was never recorded)"
-    return changed, problems
-
-
-_CALL_INTS = ("id", "m", "n", "k", "seed", "scale_a_bits", "scale_b_bits", "workspace_bytes", "S", "custom", "reduction")
-
-
-def _check_call(call: CallRecord, line: int) -> None:
-    """Raise ValueError when a parsed call record holds values of the wrong type."""
-    for name in _CALL_INTS:
-        value = getattr(call, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"{name}={value!r} is not a non-negative integer")
-    if call.id != line:
-        raise ValueError(f"id {call.id} is not its line's index {line}")
-    if call.scale_result_bits is not None and (isinstance(call.scale_result_bits, bool)
-                                               or not isinstance(call.scale_result_bits, int)):
-        raise ValueError(f"scale_result_bits={call.scale_result_bits!r} is not an integer or null")
-    if call.workspace_bytes not in WS_BYTES:
-        raise ValueError(f"workspace_bytes={call.workspace_bytes} is not one of {WS_BYTES}")
-    if not isinstance(call.fast, bool) or not isinstance(call.stored, bool):
-        raise ValueError("fast and stored must be true or false")
-    if not isinstance(call.input_sha256, str) or not call.outputs or not all(isinstance(o, str) for o in call.outputs):
-        raise ValueError("input_sha256 and outputs must be sha256 strings")
-    if call.error is not None and not isinstance(call.error, str):
-        raise ValueError(f"error={call.error!r} is not a string or null")
-
-
-def _parse_check(root: Path, files: dict[str, str]) -> dict[str, str]:
-    """file -> why it does not parse, for the sealed data files (read in full, once)."""
-    problems: dict[str, str] = {}
-    for name in files:
-        path = root / name
-        try:
-            if name.endswith(".npz"):
-                with np.load(path, allow_pickle=False) as data:
-                    arrays = {k: np.asarray(data[k]) for k in data.files}  # reads (and CRC-checks) every member
-                if name == "heuristics.npz":
-                    _check_table(arrays)
-            elif name == "calls.jsonl":
-                for i, line in enumerate(path.read_text().splitlines()):
-                    try:
-                        d = json.loads(line)
-                        if not isinstance(d, dict):
-                            raise ValueError("not a JSON object")
-                        _check_call(CallRecord.from_json(d), i)
-                    except _READ_ERRORS as exc:
-                        raise ValueError(f"line {i + 1}: {type(exc).__name__}: {exc}") from None
-            elif not isinstance(json.loads(path.read_text()), dict):
-                raise ValueError("not a JSON object")
-        except _READ_ERRORS as exc:
-            problems[name] = f"does not parse ({type(exc).__name__}: {exc})"
-    return problems
-
-
-def _check_table(arrays: dict[str, np.ndarray]) -> None:
-    """Raise ValueError when the heuristic table's columns are not a split-K table's."""
-    absent = [k for k in ("key", "setting_start", "S", "custom") if k not in arrays]
-    if absent:
-        raise ValueError(f"columns {absent} are missing")
-    rows = len(arrays["key"])
-    starts = arrays["setting_start"]
-    if starts.shape != (257,) or int(starts[0]) != 0 or int(starts[-1]) != rows or bool((np.diff(starts) < 0).any()):
-        raise ValueError("setting_start is not 257 non-decreasing offsets from 0 to the row count")
-    for name, col in arrays.items():
-        if name != "setting_start" and len(col) != rows:
-            raise ValueError(f"column {name} has {len(col)} rows, not {rows}")
-
-
 _STATUS_HINT = {"pending": "never ran", "partial": "stopped by the time budget", "skipped": "skipped"}
 
 
@@ -467,32 +311,26 @@ def _incomplete(rec: Recording) -> list[str]:
 
 
 def _write_report(root: Path, report: ReplayReport) -> None:
-    """Write ``replay.json`` whole or not at all (a new file, then renamed over the old one)."""
-    tmp = root / "replay.json.tmp"
+    """Write ``replay.json``, attested (:mod:`mmaemu.recording.attestation`), whole or not at all: a new file
+    renamed over the entry (never written through a link planted there)."""
+    data = (json.dumps(attest(report.to_json()), indent=1, sort_keys=True) + "\n").encode()
     try:
-        tmp.write_text(json.dumps(report.to_json(), indent=1, sort_keys=True) + "\n")
-        tmp.replace(root / "replay.json")
+        with RecordingDirectory(root) as d:
+            d.write("replay.json", data)
     except OSError as exc:
         raise OSError(f"{root / 'replay.json'} cannot be written ({exc.strerror or exc}): the replay's report "
                       "was not saved") from exc
-    finally:
-        try:
-            tmp.unlink(missing_ok=True)
-        except OSError:
-            pass
 
 
-def _stopped(root: Path, manifest: dict[str, Any], changed: list[str], problems: dict[str, str],
-             failures: list[str]) -> ReplayReport:
+def _stopped(found: Inspection, problems: dict[str, str], failures: list[str]) -> ReplayReport:
     """The report of a replay that stopped at a damaged file: nothing was replayed."""
-    files = manifest.get("files", {})
     failures.append("recording damaged: " + "; ".join(f"{k}: {v}" for k, v in problems.items())
                     + ": nothing was replayed; copy the recording again from the machine that recorded it")
     return ReplayReport(
-        recording=str(root), recording_digest=sha256_bytes(json.dumps(sorted(files.items())).encode()),
-        sections=dict(manifest.get("sections", {})), changed_files=changed, probes={"summary": "not analysed"},
-        preset=None, split_family=None, calls={"total": 0, "replayed": 0, "equal": 0, "by_class": {}}, heuristics={},
-        verified_combos=[], failures=failures, damaged=problems,
+        recording=str(found.path), recording_digest=found.digest, sections=dict(found.manifest.get("sections", {})),
+        changed_files=found.changed, probes={"summary": "not analysed"}, preset=None, split_family=None,
+        calls={"total": 0, "replayed": 0, "equal": 0, "by_class": {}}, heuristics={}, verified_combos=[],
+        failures=failures, damaged=problems,
     )
 
 
@@ -517,32 +355,27 @@ def replay(path: str | os.PathLike[str], *, backend: str = "auto", preset: str |
     """
     chosen_preset = _checked_arguments(backend, preset, split_family)
     root = Path(path)
-    manifest = _read_manifest(root)
+    found = inspect(root)
     if write and not os.access(root, os.W_OK):
         raise ValueError(f"{root} is not writable: the replay writes replay.json there; copy the recording "
                          "somewhere writable (or call replay(..., write=False))")
     failures: list[str] = []
-    files: dict[str, str] = manifest.get("files", {})
-    changed, problems = _integrity(root, files)
-    if changed:
-        failures.append(f"files changed since recording: {changed}")
-    if not problems:
-        problems = _parse_check(root, files)
-    if problems:
-        report = _stopped(root, manifest, changed, problems, failures)
+    if found.changed:
+        failures.append(f"files changed since recording: {found.changed}")
+    rec = found.recording
+    if rec is None:
+        report = _stopped(found, found.damaged, failures)
         if write:
             _write_report(root, report)
         return report
-    rec = Recording.open(root)
     incomplete = _incomplete(rec)
     if incomplete:
         failures.append("recording incomplete: " + "; ".join(incomplete) + ": record again ('python -m mmaemu "
                         "record', with a larger --budget-minutes if the budget stopped it)")
     try:
         verdict: ProbeVerdict = verdict_from_recording(rec)
-    except _READ_ERRORS as exc:
-        problems = {"probes.json": f"the probes cannot be analysed ({type(exc).__name__}: {exc})"}
-        report = _stopped(root, manifest, changed, problems, failures)
+    except _ANALYSIS_ERRORS as exc:
+        report = _stopped(found, {"probes.json": f"the probes cannot be analysed ({exc})"}, failures)
         if write:
             _write_report(root, report)
         return report
@@ -580,7 +413,7 @@ def replay(path: str | os.PathLike[str], *, backend: str = "auto", preset: str |
                                  verdict, failures)
     report = ReplayReport(
         recording=str(rec.path), recording_digest=rec.digest, sections=dict(rec.manifest.get("sections", {})),
-        changed_files=changed, probes=verdict.to_json() if rec.probes() is not None else {"summary": "not recorded"},
+        changed_files=found.changed, probes=verdict.to_json() if rec.probes() is not None else {"summary": "not recorded"},
         preset=chosen.name if chosen is not None else None, split_family=family.name.lower() if family else None,
         calls={"total": len(rec.calls), "replayed": len(outcomes), "equal": sum(o.equal for o in outcomes),
                "by_class": {k: v for k, v in by_class.items() if v["total"]}},
@@ -595,7 +428,8 @@ def replay(path: str | os.PathLike[str], *, backend: str = "auto", preset: str |
 def main_replay(path: str, backend: str, preset: str | None, split_family: str | None,
                 stream: TextIO | None = None) -> int:
     """The ``replay`` command: print the summary; 0 only if everything matched, 1 when something did not,
-    2 when the replay could not run (a refused argument, no readable recording; nothing written then)."""
+    2 when the replay could not run: a refused argument or an unreadable recording (nothing written
+    then), or damaged data files (the report, written, names them)."""
     stream = stream or sys.stdout
     families = {"contiguous": SplitFamily.CONTIGUOUS, "round-robin": SplitFamily.ROUND_ROBIN}
     if split_family is not None and split_family not in families:
@@ -611,4 +445,6 @@ def main_replay(path: str, backend: str, preset: str | None, split_family: str |
         sys.stderr.write(f"mmaemu replay: {exc}\n")
         return 2
     stream.write(report.summary() + "\n")
+    if report.damaged:
+        return 2
     return 0 if report.passed else 1

@@ -1,0 +1,279 @@
+"""A recording is untrusted input: links, special files, edited tables, forged reports and declared sizes.
+
+Each test names what the code before the second hostile pass (issue 24, items 2-5) did with that input.
+The recordings are the emulated recorder's (``tests/emulated_device.py``): plumbing, not GPU evidence.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from emulated_device import copy_recording
+
+from mmaemu import cli
+from mmaemu.errors import RecordingDamagedError
+from mmaemu.presets import Maturity
+from mmaemu.recording.format import Recording, RecordingWriter, reseal
+from mmaemu.recording.profile import profile_from_recording
+from mmaemu.recording.replay import main_replay, replay
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+@pytest.fixture
+def recorded(emulated_recording: Path) -> Path:
+    return emulated_recording
+
+
+def _copy(src: Path, tmp_path: Path) -> Path:
+    return copy_recording(src, tmp_path, keep_report=True)
+
+
+def _precious(tmp_path: Path) -> Path:
+    """A file outside the recording that nothing may write to."""
+    target = tmp_path / "outside" / "precious.txt"
+    target.parent.mkdir()
+    target.write_text("precious")
+    return target
+
+
+def _rewrite_table(path: Path, edit: object) -> None:
+    """Apply ``edit(columns)`` to heuristics.npz (columns of the file as they are), then reseal."""
+    with np.load(path / "heuristics.npz") as data:
+        columns = {k: np.asarray(data[k]) for k in data.files}
+    edit(columns)  # type: ignore[operator]
+    np.savez_compressed(path / "heuristics.npz", **columns)
+    reseal(path)
+
+
+# -- item 2: no link is followed, no special file opened, no name leaves the directory -----------------------
+
+
+@pytest.mark.parametrize("planted", ["replay.json.tmp", "replay.json", "manifest.json.tmp"])
+def test_replay_never_writes_through_a_planted_link(recorded: Path, tmp_path: Path, planted: str,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """Old code: replay wrote replay.json.tmp through the link, overwriting the file it names (exit 0)."""
+    path = _copy(recorded, tmp_path)
+    target = _precious(tmp_path)
+    (path / planted).unlink(missing_ok=True)
+    os.symlink(target, path / planted)
+    assert cli.main(["replay", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "symbolic link" in err and planted in err
+    assert target.read_text() == "precious"
+    with pytest.raises(RecordingDamagedError, match="symbolic link"):
+        replay(path)
+    assert target.read_text() == "precious" and (path / planted).is_symlink()
+
+
+def test_reseal_never_writes_through_a_linked_manifest(recorded: Path, tmp_path: Path) -> None:
+    """Old code: reseal() read and rewrote manifest.json through the link."""
+    path = _copy(recorded, tmp_path)
+    outside = tmp_path / "outside-manifest.json"
+    shutil.copy(path / "manifest.json", outside)
+    before = outside.read_bytes()
+    (path / "manifest.json").unlink()
+    os.symlink(outside, path / "manifest.json")
+    with pytest.raises(RecordingDamagedError, match="symbolic link"):
+        reseal(path)
+    assert outside.read_bytes() == before
+
+
+@pytest.mark.parametrize("name", ["calls.jsonl", "heuristics.npz", "probes.json"])
+def test_a_data_file_that_is_a_link_is_refused(recorded: Path, tmp_path: Path, name: str) -> None:
+    """Old code: replay and profile_from_recording read the file the link names (here an identical copy, so
+    the replay passed and the profile was validated from files outside the recording)."""
+    path = _copy(recorded, tmp_path)
+    outside = tmp_path / f"outside-{name}"
+    shutil.move(path / name, outside)
+    os.symlink(outside, path / name)
+    with pytest.raises(RecordingDamagedError, match=f"{name} is a symbolic link"):
+        replay(path, write=False)
+    with pytest.raises(RecordingDamagedError, match="symbolic link"):
+        profile_from_recording(path)
+
+
+def test_a_fifo_or_a_directory_in_a_recording_is_refused_without_blocking(recorded: Path, tmp_path: Path) -> None:
+    """Old code: a FIFO named probes.json blocked the replay forever on open (a test would hang)."""
+    path = _copy(recorded, tmp_path)
+    (path / "probes.json").unlink()
+    os.mkfifo(path / "probes.json")
+    with pytest.raises(RecordingDamagedError, match="probes.json is a FIFO"):
+        replay(path, write=False)
+    with pytest.raises(RecordingDamagedError, match="FIFO"):
+        profile_from_recording(path)
+    path2 = _copy(recorded, tmp_path / "b")
+    (path2 / "extra").mkdir()
+    with pytest.raises(RecordingDamagedError, match="extra is a directory"):
+        Recording.open(path2)
+
+
+@pytest.mark.parametrize("name", ["/etc/passwd", "../outside.json", "sub/calls.jsonl", "calls.jsonl/"])
+def test_manifest_names_that_leave_the_directory_are_refused(recorded: Path, tmp_path: Path, name: str) -> None:
+    """Old code: profile_from_recording hashed (read) whatever file a manifest name pointed to."""
+    path = _copy(recorded, tmp_path)
+    manifest = json.loads((path / "manifest.json").read_text())
+    manifest["files"][name] = "0" * 64
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(RecordingDamagedError, match="lists files a recording does not have"):
+        profile_from_recording(path)
+    assert cli.main(["replay", str(path)]) == 2
+
+
+def test_the_writer_replaces_a_planted_link_instead_of_following_it(tmp_path: Path) -> None:
+    """Old code: RecordingWriter wrote every file with open(path, 'w'), through a link planted meanwhile."""
+    target = _precious(tmp_path)
+    writer = RecordingWriter(tmp_path / "r", environment={}, grid={}, budget={})
+    os.symlink(target, tmp_path / "r" / "calls.npz")
+    writer.write_calls()
+    writer.close()
+    assert target.read_text() == "precious"
+    assert not (tmp_path / "r" / "calls.npz").is_symlink() and (tmp_path / "r" / "calls.npz").is_file()
+
+
+# -- item 3: validated means these bytes replayed, on this machine ------------------------------------------------
+
+
+def test_a_table_edited_after_a_passing_replay_is_never_validated(recorded: Path, tmp_path: Path) -> None:
+    """Old code: VALIDATED (the report's digest was the manifest's hashes, which the edit left alone)."""
+    path = _copy(recorded, tmp_path)
+    assert profile_from_recording(path).maturity is Maturity.VALIDATED
+    with np.load(path / "heuristics.npz") as data:
+        columns = {k: np.asarray(data[k]) for k in data.files}
+    split = np.nonzero(columns["S"] > 1)[0]
+    columns["S"][split[0]] = 1  # a decision changed: the profile would no longer split this shape
+    np.savez_compressed(path / "heuristics.npz", **columns)
+    with pytest.raises(RecordingDamagedError, match="heuristics.npz: its sha256 is not the manifest's"):
+        profile_from_recording(path)
+    reseal(path)  # sealed again: a consistent recording, but not the one that replayed
+    profile = profile_from_recording(path)
+    assert profile.maturity is Maturity.EXPERIMENTAL and profile.evidence is not None
+    assert profile.evidence["replay"] == "for another recording"
+
+
+def test_a_forged_or_foreign_replay_report_does_not_validate(recorded: Path, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Old code: any replay.json with the recording's digest and "passed": true validated the profile."""
+    path = _copy(recorded, tmp_path)
+    report = json.loads((path / "replay.json").read_text())
+    forged = {k: v for k, v in report.items() if k != "attestation"}
+    (path / "replay.json").write_text(json.dumps(forged))
+    profile = profile_from_recording(path)
+    assert profile.maturity is Maturity.EXPERIMENTAL and profile.evidence is not None
+    assert profile.evidence["replay"].startswith("not attested")
+    (path / "replay.json").write_text(json.dumps({**report, "calls": {**report["calls"], "total": 1}}))  # edited
+    assert profile_from_recording(path).maturity is Maturity.EXPERIMENTAL
+    (path / "replay.json").write_text(json.dumps(report))
+    assert profile_from_recording(path).maturity is Maturity.VALIDATED
+    monkeypatch.setenv("MMAEMU_CACHE_DIR", str(tmp_path / "another-machine"))  # the report came from elsewhere
+    assert profile_from_recording(path).maturity is Maturity.EXPERIMENTAL
+    assert replay(path).passed  # replayed here: validated here
+    assert profile_from_recording(path).maturity is Maturity.VALIDATED
+
+
+# -- item 4: declared sizes are bounded before anything is allocated ----------------------------------------------
+
+
+def _edit_call(path: Path, index: int, **fields: object) -> None:
+    lines = (path / "calls.jsonl").read_text().splitlines()
+    d = json.loads(lines[index])
+    d.update(fields)
+    lines[index] = json.dumps(d)
+    (path / "calls.jsonl").write_text("\n".join(lines) + "\n")
+    reseal(path)
+
+
+@pytest.mark.parametrize("shape", [{"m": 1 << 20, "k": 1 << 20}, {"m": 1 << 20, "n": 1 << 20, "k": 16},
+                                   {"m": 1 << 21}, {"S": 255, "m": 4096, "n": 4096}])
+def test_a_call_declaring_a_huge_shape_is_damage_not_an_allocation(recorded: Path, tmp_path: Path,
+                                                                   shape: dict[str, int],
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """Old code: the format check passed and the replay tried to allocate up to 1 TiB (a MemoryError traceback)."""
+    path = _copy(recorded, tmp_path)
+    stored = [json.loads(line)["stored"] for line in (path / "calls.jsonl").read_text().splitlines()]
+    _edit_call(path, stored.index(False), **shape)
+    assert main_replay(str(path), "auto", None, None) == 2
+    out = capsys.readouterr().out
+    assert "DAMAGED FILE calls.jsonl" in out and "line" in out
+    with pytest.raises(RecordingDamagedError, match="calls.jsonl"):
+        profile_from_recording(path)
+
+
+def test_a_stored_output_of_another_shape_is_damage(recorded: Path, tmp_path: Path) -> None:
+    """Old code: the replay compared a reshaped buffer and raised ValueError from numpy (a traceback)."""
+    path = _copy(recorded, tmp_path)
+    lines = (path / "calls.jsonl").read_text().splitlines()
+    index = next(i for i, line in enumerate(lines) if json.loads(line)["stored"])
+    call = json.loads(lines[index])
+    _edit_call(path, index, m=call["m"] * 2)
+    report = replay(path, write=False)
+    assert not report.passed and f"out{call['id']}" in report.damaged["calls.npz"]
+
+
+def test_an_npz_member_declaring_more_than_it_holds_is_refused(recorded: Path, tmp_path: Path) -> None:
+    """Old code: numpy allocated the declared shape (here 2**40 bytes) before reading the member."""
+    path = _copy(recorded, tmp_path)
+    header = np.lib.format.header_data_from_array_1_0(np.zeros(1, np.uint8))
+    header["shape"] = (1 << 40,)
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, header)
+    with zipfile.ZipFile(path / "calls.npz", "w") as z:
+        z.writestr("out0.npy", buf.getvalue() + b"\0" * 64)
+    reseal(path)
+    report = replay(path, write=False)
+    assert "declares" in report.damaged["calls.npz"]
+
+
+# -- item 5: damaged tables are the documented error, naming the file and the column ------------------------------
+
+
+@pytest.mark.parametrize("damage,column", [
+    (lambda c: c.pop("S"), "S"),
+    (lambda c: c.update(S=c["S"][:-1]), "S"),
+    (lambda c: c.update(S=c["S"].astype(np.float64) + 0.5), "S"),
+    (lambda c: c.update(custom=c["custom"].astype(np.float32)), "custom"),
+    (lambda c: c.update(key=c["key"][::-1].copy()), "key"),
+    (lambda c: c.update(S=np.zeros_like(c["S"])), "S"),
+    (lambda c: c.update(part=np.full_like(c["part"], 9)), "part"),
+    (lambda c: c.update(setting_start=c["setting_start"][:-1]), "setting_start"),
+], ids=["no-S", "short-S", "float-S", "float-custom", "unsorted-key", "S-zero", "bad-part", "short-starts"])
+def test_a_damaged_table_names_the_file_and_the_column(recorded: Path, tmp_path: Path, damage: object,
+                                                       column: str) -> None:
+    """Old code: KeyError (no S), IndexError (short column), or a float S column accepted and truncated."""
+    path = _copy(recorded, tmp_path)
+    _rewrite_table(path, damage)
+    with pytest.raises(RecordingDamagedError, match=rf"heuristics\.npz: does not parse .*column {column}"):
+        profile_from_recording(path)
+    assert main_replay(str(path), "auto", None, None) == 2
+
+
+@pytest.mark.parametrize("content", [b"[1, 2]", b"\"text\"", b"{\"rows\": "])
+def test_a_table_info_that_is_not_an_object_is_damage(recorded: Path, tmp_path: Path, content: bytes) -> None:
+    """Old code: TypeError from {**info} for a JSON list."""
+    path = _copy(recorded, tmp_path)
+    (path / "heuristics.json").write_bytes(content)
+    reseal(path)
+    with pytest.raises(RecordingDamagedError, match=r"heuristics\.json: does not parse"):
+        profile_from_recording(path)
+
+
+@pytest.mark.parametrize("field,value", [("S", 2.5), ("S", 10**9), ("stage", "bogus"), ("fmt_a", "int8"),
+                                         ("name", "../x"), ("fast", "yes")])
+def test_a_damaged_probe_document_is_damage(recorded: Path, tmp_path: Path, field: str, value: object) -> None:
+    """Old code: int(2.5) truncated S, S = 10**9 planned a billion parts; others raised KeyError or ValueError deep
+    inside the analysis."""
+    path = _copy(recorded, tmp_path)
+    doc = json.loads((path / "probes.json").read_text())
+    doc["probes"][0][field] = value
+    (path / "probes.json").write_text(json.dumps(doc))
+    reseal(path)
+    with pytest.raises(RecordingDamagedError, match=rf"probes\.json: probe 0: .*{field}"):
+        profile_from_recording(path)
+    assert main_replay(str(path), "auto", None, None) == 2
