@@ -40,7 +40,7 @@ from .formats import (
     nan_rows,
     wide_format_of,
 )
-from .host import check_cpu_subnormals
+from .host import check_cpu_subnormals, refuse_autograd
 from .presets import CMode, Preset, Rounding, instruction_preset
 
 __all__ = [
@@ -158,10 +158,12 @@ def block_fma(
         TypeError: ``c`` is not a float32 tensor.
         MmaemuError: ``c`` is on the CPU and the CPU flushes subnormals to zero (for example
             after ``torch.set_flush_denormal(True)``): subnormal accumulators would be lost.
+        UnsupportedFeatureError: ``c`` requires grad with grad mode on (inference only).
     """
     if not isinstance(c, torch.Tensor) or c.dtype != torch.float32:
         got = c.dtype if isinstance(c, torch.Tensor) else type(c).__name__
         raise TypeError(f"c must be a float32 tensor, got {got}")
+    refuse_autograd(("c", c), ("a", a.value), ("b", b.value))
     if c.device.type == "cpu":
         check_cpu_subnormals()
     return _block_fma(c, a, b, preset, has_inf=has_inf)
@@ -210,7 +212,14 @@ def _block_fma(
     if half_acc:
         # An fp16 accumulator: the exact sum rounded once to nearest even on fp16's grid (fp16 zoo
         # vectors, 5,000 of 5,000 on each of five GPUs); subnormal and overflowing results [open].
-        return _apply_specials(_round_to_fp16(total, e_unit), c, a, b, has_inf)
+        value = total * pow2(torch.clamp(e_unit, -1000, 1000), torch.float64)
+        if not aligned:
+            # [Note: rounded-add with fp16] c enters as the fp32 path has it: the products' sum is
+            # rounded first, then c is added by one round-to-nearest-even addition, on fp16's grid
+            # here. Two fp16 values add exactly in float64. No recorded vector has this combination
+            # (only custom presets make it) [open].
+            value = _round_to_fp16(value).to(torch.float64) + torch.where(c_nonzero, c, torch.zeros_like(c)).to(torch.float64)
+        return _apply_specials(_round_to_fp16(value), c, a, b, has_inf)
     if preset.rounding is Rounding.TRUNCATE:
         # Toward zero, to F fraction bits (F + 1 significant bits, at most fp32's 24).
         mant, length = torch.frexp(total)
@@ -232,13 +241,12 @@ def _block_fma(
     return _apply_specials(result, c, a, b, has_inf)
 
 
-def _round_to_fp16(total: torch.Tensor, e_unit: torch.Tensor) -> torch.Tensor:
-    """``total * 2**e_unit`` (exact, float64) rounded to nearest even fp16 in one step (no double rounding).
+def _round_to_fp16(value: torch.Tensor) -> torch.Tensor:
+    """An exact float64 ``value`` rounded to nearest even fp16 in one step (no double rounding).
 
     The grid is 2**(floor(log2|x|) - 10), or 2**-24 below 2**-14; a result of 2**16 or more is +-Inf;
     an exact zero is +0.
     """
-    value = total * pow2(torch.clamp(e_unit, -1000, 1000), torch.float64)
     _, length = torch.frexp(value)
     ulp_exp = torch.clamp(length.to(torch.int32) - 1, min=-14) - 10
     q = torch.round(value * pow2(-ulp_exp, torch.float64)) * pow2(ulp_exp, torch.float64)  # half to even
@@ -411,6 +419,7 @@ def dot(
             example after ``torch.set_flush_denormal(True)``).
         KeyError, UnsupportedFeatureError: an unknown or unmodelled preset, or one without an
             instruction for the operands' format (:func:`mmaemu.presets.instruction_preset`).
+        UnsupportedFeatureError: ``a``, ``b`` or ``c`` requires grad with grad mode on (inference only).
 
     Example:
         >>> import torch, mmaemu
@@ -428,6 +437,7 @@ def dot(
     a = _dot_operand(a, "a")
     b = _dot_operand(b, "b")
     batch = _dot_batch(a, b, c)
+    refuse_autograd(("a", a), ("b", b), ("c", c))
     resolved = instruction_preset(preset, a.dtype)
     if a.device.type == "cpu":
         check_cpu_subnormals()

@@ -197,6 +197,17 @@ ZOO: dict[tuple[Architecture, WideFormat], Preset] = {
 }
 
 
+_ZOO_BY_NAME: dict[str, tuple[Architecture, WideFormat]] = {p.name: key for key, p in ZOO.items()}
+
+
+def _shipped_name(preset: Preset) -> str | None:
+    """The registry name of a shipped preset (FP8 or zoo) equal to ``preset``, else None (a custom one)."""
+    for shipped in (*_PRESETS.values(), *ZOO.values()):
+        if preset == shipped:
+            return shipped.name
+    return None
+
+
 def zoo_presets() -> dict[tuple[str, str], Preset]:
     """The zoo's instruction presets by (architecture name, format name), e.g. ``("hopper", "bf16")``."""
     return {(arch.value, fmt.short_name): p for (arch, fmt), p in ZOO.items()}
@@ -207,12 +218,14 @@ def instruction_preset(preset: str | Preset, fmt: WideFormat | torch.dtype, *, w
 
     For FP8 dtypes this is :func:`get_preset` (``"volta"`` and ``"ampere"`` raise: no FP8 tensor cores;
     ``"b200"`` is the experimental ``b200_mma_sync``). For fp16, bf16 and tf32 an architecture name
-    (``"volta"``, ``"ampere"``, ``"ada"``, ``"hopper"``, ``"b200"``) selects its :data:`ZOO` entry; a
-    custom :class:`Preset` applies to any format as it is.
+    (``"volta"``, ``"ampere"``, ``"ada"``, ``"hopper"``, ``"b200"``) or a :data:`ZOO` entry's own name
+    (``"hopper-fp16"``) selects that entry. A shipped preset object behaves exactly as its name
+    (``HOPPER`` as ``"hopper"``); a custom :class:`Preset` applies to any format as it is.
 
     Raises:
         UnsupportedFeatureError: the architecture has no tensor-core instruction for the format
-            (volta: fp16 only), or the name is an FP8-only preset (``b200_mma_sync``, ``blackwell``).
+            (volta: fp16 only), the name is an FP8-only preset (``b200_mma_sync``, ``blackwell``), or a
+            zoo preset of another format.
         KeyError: an unknown name; the message lists the known ones.
     """
     if isinstance(fmt, torch.dtype):
@@ -223,9 +236,18 @@ def instruction_preset(preset: str | Preset, fmt: WideFormat | torch.dtype, *, w
             raise ValueError(f"no tensor-core input format is held in {fmt}")
         fmt = matches[0]
     if isinstance(preset, Preset):
-        return preset
+        shipped = _shipped_name(preset)
+        if shipped is None:
+            return preset  # a custom preset applies to any format as it is
+        preset = shipped  # a shipped preset object behaves as its name
     if not isinstance(preset, str):
         raise TypeError(f"preset must be a name or a Preset, got {type(preset).__name__}")
+    if preset in _ZOO_BY_NAME:
+        zoo_fmt = _ZOO_BY_NAME[preset][1]
+        if zoo_fmt is not fmt:
+            raise UnsupportedFeatureError(f"preset {preset!r} is the instruction for {zoo_fmt.short_name} operands, "
+                                          f"not {fmt.short_name}")
+        return ZOO[_ZOO_BY_NAME[preset]]
     try:
         arch = Architecture(preset)
     except ValueError:
@@ -246,21 +268,28 @@ def instruction_preset(preset: str | Preset, fmt: WideFormat | torch.dtype, *, w
 
 
 def get_preset(preset: str | Preset, *, warn: bool = True) -> Preset:
-    """Resolve a preset name (or pass a :class:`Preset` through).
+    """Resolve an FP8 preset name (or a :class:`Preset`: a shipped one behaves as its name, a custom one
+    passes through).
 
     Experimental presets, and the alias ``blackwell``, emit :class:`ExperimentalPresetWarning`
     when ``warn`` is true.
 
     Raises:
-        UnsupportedFeatureError: for ``sm_120`` and ``rtx_blackwell`` (not modelled).
+        UnsupportedFeatureError: for ``sm_120`` and ``rtx_blackwell`` (not modelled), and for the zoo's
+            presets (fp16, bf16 and tf32 instructions, by name or object).
         KeyError: for an unknown name; the message lists the known ones.
     """
     if isinstance(preset, Preset):
-        if warn and preset.maturity is Maturity.EXPERIMENTAL and preset.name in _PRESETS:
-            _warn_experimental(preset.name)
-        return preset
+        shipped = _shipped_name(preset)
+        if shipped is None:
+            return preset
+        preset = shipped  # a shipped preset object behaves as its name
     if not isinstance(preset, str):
         raise TypeError(f"preset must be a name or a Preset, got {type(preset).__name__}")
+    if preset in _ZOO_BY_NAME:
+        raise UnsupportedFeatureError(
+            f"preset {preset!r} is the instruction for {_ZOO_BY_NAME[preset][1].short_name} operands, not FP8; for FP8 "
+            f"operands the presets are: {', '.join(sorted(_PRESETS))}")
     if preset in _NOT_MODELLED:
         raise UnsupportedFeatureError(_NOT_MODELLED[preset])
     if preset in _ALIASES:

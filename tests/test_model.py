@@ -105,3 +105,38 @@ def test_b200_exact_zero_is_plus_zero() -> None:
     with pytest.warns(mmaemu.ExperimentalPresetWarning):
         r = mmaemu.model.dot(zeros, zeros, f32(0x80000000), preset="b200_mma_sync")
     assert int(r.view(torch.int32)) == 0
+
+
+def test_rounded_add_with_an_fp16_accumulator_adds_c() -> None:
+    """Issue 24, item 1. Old code: the fp16-accumulator branch returned before c was added (1.0, not 3.0)."""
+    rn = Preset("rn", 4, 25, c_mode=CMode.ROUNDED_ADD, rounding=Rounding.NEAREST_EVEN)
+    a = torch.tensor([1.0, 0, 0, 0], dtype=torch.float16)
+    assert mmaemu.model.dot(a, a, torch.tensor(2.0, dtype=torch.float16), preset=rn).item() == 3.0
+    assert mmaemu.model.dot(a, a, torch.tensor(2.0), preset=rn).item() == 3.0  # the fp32 accumulator agreed
+
+
+def test_rounded_add_with_an_fp16_accumulator_rounds_the_sum_then_adds_c() -> None:
+    """Expected values from exact integer arithmetic: the products' sum (integers, exact at F = 25) rounded to
+    fp16 by torch's float64 -> fp16 conversion, then c added and rounded again. Each case is chosen where
+    that order differs from one rounding of sum + c and from dropping c."""
+    rn = Preset("rn", 4, 25, c_mode=CMode.ROUNDED_ADD, rounding=Rounding.NEAREST_EVEN)
+
+    def fp16(x: float) -> float:
+        return float(torch.tensor(x, dtype=torch.float64).to(torch.float16))
+
+    gen = torch.Generator().manual_seed(24)
+    checked = 0
+    for _ in range(4000):
+        a = torch.randint(0, 64, (4,), generator=gen).to(torch.float64)
+        b = torch.randint(0, 64, (4,), generator=gen).to(torch.float64)
+        c = float(torch.randint(-40, 40, (1,), generator=gen)) * 2.0 ** int(torch.randint(-2, 3, (1,), generator=gen))
+        if fp16(c) != c:
+            continue
+        total = float((a * b).sum())
+        expected = fp16(fp16(total) + c)
+        if expected in (fp16(total + c), fp16(total)):
+            continue
+        got = mmaemu.model.dot(a.to(torch.float16), b.to(torch.float16), torch.tensor(c, dtype=torch.float16), preset=rn)
+        assert got.item() == expected, (a.tolist(), b.tolist(), c)
+        checked += 1
+    assert checked > 20
