@@ -22,7 +22,7 @@ from .checks import CheckedCall, check_call, out_resize_warning, resize_out_like
 from .epilogue import epilogue
 from .errors import ExperimentalPresetWarning, MmaemuError, UnsupportedFeatureError, UnverifiedSplitWarning
 from .formats import FP8_DTYPES, WIDE_DTYPES, OutFormat, nan_rows, wide_format_of
-from .host import check_cpu_subnormals, cpu_default_device
+from .host import check_cpu_subnormals, cpu_default_device, refuse_autograd
 from .platforms.profiles import Profile, get_profile
 from .platforms.splitk import Problem, SplitDecision, SplitSource, combo_verified, resolve_splitk, split_warnings
 from .presets import Architecture, CMode, Preset, instruction_preset
@@ -128,6 +128,7 @@ def accumulate(
         BackendUnavailableError: the requested backend cannot run on the operands' device.
         UnsupportedFeatureError: a preset that does not model the requested accumulation (for the
             zoo formats: ``use_fast_accum=False``, split-K, or an architecture without the format).
+        UnsupportedFeatureError: ``a`` or ``b`` requires grad with grad mode on (inference only).
         MmaemuError: the CPU flushes subnormals (CPU tensors).
 
     Example:
@@ -167,6 +168,7 @@ def accumulate(
         )
     if profile is not None and preset is not None:
         raise ValueError("pass profile= or preset=, not both: preset= names the instruction a profile would choose")
+    refuse_autograd(("a", a), ("b", b))
     parsed = parse_splitk(splitk)
     if not isinstance(parsed, SplitK):
         raise ValueError(

@@ -46,7 +46,7 @@ import torch
 
 from .errors import ReferenceRejectsError, UnsupportedFeatureError
 from .formats import Fp8Format, OutFormat, out_format_or_none
-from .host import check_cpu_subnormals
+from .host import check_cpu_subnormals, refuse_autograd
 
 __all__ = [
     "ScalingType",
@@ -421,14 +421,8 @@ def check_call(
         )
     if bias is not None:
         raise UnsupportedFeatureError("bias is not modelled: the fused-bias epilogue has no hardware recording")
-    if torch.is_grad_enabled():
-        grads = [name for name, t in (("mat1", mat1), ("mat2", mat2), ("scale_a", scale_a), ("scale_b", scale_b),
-                                      ("scale_result", scale_result), ("out", out)) if t is not None and t.requires_grad]
-        if grads:
-            raise UnsupportedFeatureError(
-                f"{', '.join(grads)} require grad with grad mode on: mmaemu is inference-only (no autograd); "
-                "run under torch.no_grad() or torch.inference_mode()"
-            )
+    refuse_autograd(("mat1", mat1), ("mat2", mat2), ("scale_a", scale_a), ("scale_b", scale_b),
+                    ("scale_result", scale_result), ("out", out))
     if mat1.device.type == "cpu":
         check_cpu_subnormals()
     if out is not None and not out_resized and not _out_layout_ok(out):

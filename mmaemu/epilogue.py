@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 
 from .formats import OUT_DTYPES, out_format_of
-from .host import check_cpu_subnormals
+from .host import check_cpu_subnormals, refuse_autograd
 
 __all__ = ["epilogue"]
 
@@ -72,6 +72,7 @@ def epilogue(
         TypeError: ``acc`` is not a float32 tensor, or a scale is not a float32 tensor (Python
             numbers are refused: pass ``torch.tensor(x, dtype=torch.float32)``).
         ValueError: a scale with more than one element, or an ``out_dtype`` no FP8 GEMM produces.
+        UnsupportedFeatureError: an argument requires grad with grad mode on (inference only).
         MmaemuError: ``acc`` is on the CPU and the CPU flushes subnormals to zero (for example
             after ``torch.set_flush_denormal(True)``), which would change the rounding to fp32.
 
@@ -87,6 +88,7 @@ def epilogue(
         raise TypeError(f"acc must be float32 (the fp32 accumulator), got {acc.dtype}")
     if not isinstance(out_dtype, torch.dtype) or out_dtype not in OUT_DTYPES:
         raise ValueError(f"out_dtype={out_dtype!r} is not an output dtype of an FP8 GEMM; accepted: {_ACCEPTED}")
+    refuse_autograd(("acc", acc), ("scale_a", scale_a), ("scale_b", scale_b), ("scale_result", scale_result))
     fmt = out_format_of(out_dtype)
     device = acc.device
     sa = _scalar_fp32(scale_a, "scale_a", device).to(torch.float64)

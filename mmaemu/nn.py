@@ -62,6 +62,33 @@ def _check_inverse(scale_inv: torch.Tensor, name: str) -> None:
         )
 
 
+def _check_scales(weight_scale_inv: torch.Tensor, input_scale: torch.Tensor | None,
+                  input_scale_inv: torch.Tensor | None) -> None:
+    """The one rule for a layer's scales, whichever way they come in (the constructor, a state dict).
+
+    ``weight_scale_inv`` and ``input_scale`` are positive and finite in fp32, ``input_scale``'s
+    reciprocal is finite, and ``input_scale_inv`` is exactly ``reciprocal_scale(input_scale)``
+    (TE keeps the two in step; a stale inverse would scale the GEMM with another value than the
+    quantisation used).
+
+    Raises:
+        ValueError: naming the scale.
+    """
+    _scalar(weight_scale_inv, "weight_scale_inv")
+    if (input_scale is None) != (input_scale_inv is None):
+        raise ValueError("input_scale and input_scale_inv come together (delayed scaling) or not at all")
+    if input_scale is None or input_scale_inv is None:
+        return
+    s = _scalar(input_scale, "input_scale")
+    expected = reciprocal_scale(s)
+    _check_inverse(expected, "input_scale_inv")
+    if input_scale_inv.reshape(()).detach().cpu().view(torch.int32) != expected.view(torch.int32):
+        raise ValueError(
+            f"input_scale_inv={float(input_scale_inv)!r} is not 1 / input_scale = {float(expected)!r} (fp32, rounded to "
+            "nearest even): the GEMM would use another scale than the quantisation; store both from one scale"
+        )
+
+
 def _profile_name(profile: object) -> str:
     """The registered name of ``profile``: the layer hands the operator a name, so a Profile object
     must be the one registered under its name (else another profile's bits would be used)."""
@@ -246,6 +273,7 @@ class EmulatedFP8Linear(torch.nn.Module):
             _check_inverse(s_inv, "input_scale_inv")
             self.register_buffer("input_scale", s)
             self.register_buffer("input_scale_inv", s_inv)
+        _check_scales(self.weight_scale_inv, self.input_scale, self.input_scale_inv)
         self.input_dtype = input_dtype
         self.out_dtype = out_dtype
         self.use_fast_accum = use_fast_accum
@@ -337,7 +365,8 @@ class EmulatedFP8Linear(torch.nn.Module):
         error_msgs: list[str],
     ) -> None:
         """Refuse buffers of another dtype: ``copy_`` would convert them (a bf16 weight rounded to
-        FP8 without its scale, an fp64 scale rounded to fp32) and give other bits silently."""
+        FP8 without its scale, an fp64 scale rounded to fp32) and give other bits silently; and refuse
+        scales the constructor refuses (:func:`_check_scales`). A refused layer loads nothing."""
         wrong = [
             f"{prefix}{name}: {state_dict[prefix + name].dtype} in the state dict, {buf.dtype} in the layer"
             for name, buf in self._buffers.items()
@@ -350,6 +379,14 @@ class EmulatedFP8Linear(torch.nn.Module):
                 "convert them as the reference run did (or build the layer from them): " + "; ".join(wrong)
             )
             return  # nothing of this layer is loaded
+        incoming = {name: state_dict.get(prefix + name, buf) for name, buf in self._buffers.items()}
+        if all(isinstance(t, torch.Tensor) and t.numel() == 1 for name, t in incoming.items() if name != "weight"):
+            try:
+                _check_scales(incoming["weight_scale_inv"], incoming.get("input_scale"), incoming.get("input_scale_inv"))
+            except ValueError as exc:
+                error_msgs.append(f"EmulatedFP8Linear {prefix or '(root)'}: the state dict's scales are refused, as "
+                                  f"the constructor would refuse them: {exc}")
+                return  # nothing of this layer is loaded
         super()._load_from_state_dict(
             state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
         )

@@ -32,6 +32,7 @@ from . import call
 from .accumulation import SplitKSpec, splitk_from_text, splitk_text
 from .backends import Backend, parse_backend
 from .errors import ReferenceRejectsError, UnsupportedFeatureError
+from .host import refuse_autograd
 from .platforms.profiles import PROFILES, Profile
 
 __all__ = ["OP_NAME", "scaled_mm"]
@@ -170,14 +171,8 @@ def scaled_mm(
         'mmaemu::scaled_mm'
     """
     chosen = _check_arguments(use_fast_accum, backend)
-    if torch.is_grad_enabled():
-        named = (("mat1", mat1), ("mat2", mat2), ("scale_a", scale_a), ("scale_b", scale_b), ("scale_result", scale_result))
-        grads = [name for name, t in named if isinstance(t, torch.Tensor) and t.requires_grad]
-        if grads:
-            raise UnsupportedFeatureError(
-                f"{', '.join(grads)} require grad with grad mode on: mmaemu is inference-only (no autograd); "
-                "run under torch.no_grad() or torch.inference_mode()"
-            )
+    refuse_autograd(("mat1", mat1), ("mat2", mat2), ("scale_a", scale_a), ("scale_b", scale_b),
+                    ("scale_result", scale_result))
     result: torch.Tensor = _OP(
         mat1, mat2, scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum,
         _profile_name(profile), splitk_text(splitk), chosen.value,

@@ -39,7 +39,7 @@ import numbers
 import torch
 
 from .formats import Fp8Format, fp8_format_of
-from .host import check_cpu_subnormals
+from .host import check_cpu_subnormals, refuse_autograd
 
 __all__ = [
     "ScalingRecipe", "quantize", "reciprocal_scale", "scale_from_amax", "current_scale", "round_to_tf32", "FP32_MAX",
@@ -105,6 +105,7 @@ def quantize(x: torch.Tensor, scale: torch.Tensor | float, dtype: torch.dtype = 
         TypeError: ``x`` is not a tensor, or ``scale`` is neither a tensor nor a real number.
         MmaemuError: ``x`` is on the CPU and the CPU flushes subnormals to zero (for example
             after ``torch.set_flush_denormal(True)``): subnormal inputs would be read as zero.
+        UnsupportedFeatureError: ``x`` or ``scale`` requires grad with grad mode on (inference only).
 
     Example:
         >>> import torch
@@ -120,6 +121,7 @@ def quantize(x: torch.Tensor, scale: torch.Tensor | float, dtype: torch.dtype = 
         raise TypeError(f"quantize expects a floating-point torch.Tensor, got {type(x).__name__}")
     if not x.is_floating_point():
         raise ValueError(f"quantize expects a floating-point tensor, got {x.dtype}")
+    refuse_autograd(("x", x), ("scale", scale))
     s = _as_fp32_scale(scale, x.device)
     _require_subnormals(x.device)
     scaled = x.to(torch.float32) * s
@@ -250,6 +252,7 @@ def round_to_tf32(x: torch.Tensor) -> torch.Tensor:
     if not isinstance(x, torch.Tensor) or x.dtype != torch.float32:
         got = x.dtype if isinstance(x, torch.Tensor) else type(x).__name__
         raise TypeError(f"round_to_tf32 takes a float32 tensor, got {got}")
+    refuse_autograd(("x", x))
     bits = x.view(torch.int32).to(torch.int64) & 0xFFFFFFFF
     magnitude = bits & 0x7FFFFFFF
     rounded = (bits + 0xFFF + ((bits >> 13) & 1)) & 0xFFFFE000  # carries into the exponent: Inf at the top

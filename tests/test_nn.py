@@ -195,3 +195,33 @@ def test_scales() -> None:
     assert current_scale(torch.empty(0)).item() == 1.0
     assert current_scale(torch.tensor([3.0], dtype=torch.bfloat16)).item() == pytest.approx(448.0 / 3.0)
     assert_bitwise_equal(reciprocal_scale(3.0), torch.tensor(1.0) / torch.tensor(3.0))
+
+
+@pytest.mark.parametrize("name,value", [("input_scale", 0.0), ("input_scale", float("nan")), ("input_scale", -2.0),
+                                        ("input_scale", float("inf")), ("weight_scale_inv", -1.0),
+                                        ("weight_scale_inv", 0.0), ("input_scale_inv", 0.3)])
+def test_load_state_dict_refuses_what_the_constructor_refuses(name: str, value: float) -> None:
+    """Issue 24, item 8. Old code: load_state_dict loaded an input_scale of 0 or NaN, a weight_scale_inv of -1 and an
+    input_scale_inv that is not 1 / input_scale; the constructor refused each. The refused layer keeps its buffers."""
+    layer = EmulatedFP8Linear(torch.randn(16, 32), weight_scale=2.0, input_scale=4.0)
+    before = {k: v.clone() for k, v in layer.state_dict().items()}
+    state = dict(before)
+    state[name] = torch.tensor(value)
+    with pytest.raises(RuntimeError, match=f"scales are refused, as the constructor would refuse them: {name}"):
+        layer.load_state_dict(state)
+    for k, v in layer.state_dict().items():
+        assert torch.equal(v.reshape(-1).view(torch.uint8), before[k].reshape(-1).view(torch.uint8)), k
+    ctor = {"input_scale": {"input_scale": value}, "weight_scale_inv": {"weight_scale_inv": value},
+            "input_scale_inv": None}[name]
+    if ctor is not None:  # the same values through the constructor: the same refusal
+        weight = layer.weight
+        kwargs = {"weight_scale_inv": 0.5, "input_scale": 4.0, **ctor}
+        with pytest.raises(ValueError, match=name):
+            EmulatedFP8Linear(weight, **kwargs)
+
+
+def test_load_state_dict_takes_a_consistent_state() -> None:
+    layer = EmulatedFP8Linear(torch.randn(16, 32), weight_scale=2.0, input_scale=4.0)
+    other = EmulatedFP8Linear(torch.randn(16, 32), weight_scale=8.0, input_scale=0.5)
+    layer.load_state_dict(other.state_dict())
+    assert float(layer.input_scale_inv) == 2.0 and float(layer.weight_scale_inv) == 0.125  # type: ignore[arg-type]
