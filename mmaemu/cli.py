@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -211,9 +212,17 @@ def _int(text: str, what: str, minimum: int) -> int:
     return value
 
 
+#: The largest GEMM dimension the command line takes: cuBLAS's 32-bit dimensions (torch's operands of
+#: such shapes could not be described to it, and their element counts would overflow int64 together).
+MAX_DIM = (1 << 31) - 1
+
+
 def _dim(text: str) -> int:
-    """A GEMM dimension: an integer >= 0 (an empty call is a valid call)."""
-    return _int(text, "a dimension", 0)
+    """A GEMM dimension: an integer in [0, 2**31 - 1] (an empty call is a valid call)."""
+    value = _int(text, "a dimension", 0)
+    if value > MAX_DIM:
+        raise argparse.ArgumentTypeError(f"{text!r}: a dimension must be at most {MAX_DIM:,} (2**31 - 1)")
+    return value
 
 
 def _positive_int(text: str) -> int:
@@ -411,13 +420,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m mmaemu``: the command's exit status (2 for a usage error, 130 if interrupted)."""
+    """Entry point of ``python -m mmaemu``: the command's exit status (2 for a usage error, 130 if interrupted,
+    141 when the output's reader went away, as for ``| head``)."""
     args = build_parser().parse_args(argv)
     try:
-        return int(args.run(args))
+        status = int(args.run(args))
+        sys.stdout.flush()  # here, so that a closed pipe is handled below, not at exit
+        return status
     except KeyboardInterrupt:
         sys.stderr.write(f"mmaemu {args.command}: interrupted\n")
         return 130
+    except BrokenPipeError:
+        # The reader went away (``| head``): stop quietly, as a command killed by SIGPIPE would.
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError):  # stdout without a descriptor (captured in tests)
+            pass
+        return 141
 
 
 if __name__ == "__main__":

@@ -265,6 +265,23 @@ def test_the_sm90_formulation_applies_only_there_and_to_the_hopper_arithmetic(mo
     assert not triton_backend.native_applies(HOPPER, gpu)
 
 
+@pytest.mark.parametrize("value,on", [("off", False), ("false", False), ("no", False), (" 0", False), ("OFF", False),
+                                      ("1", True), ("yes", True), ("", True)])
+def test_the_native_switch_is_a_boolean_variable(monkeypatch: pytest.MonkeyPatch, value: str, on: bool) -> None:
+    """Issue 24, item 9. Old code: only the exact string "0" turned the sm_90 formulation off."""
+    monkeypatch.setattr(triton_backend, "interpreting", lambda: False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    monkeypatch.setenv(triton_backend.NATIVE_ENV, value)
+    assert triton_backend.native_applies(HOPPER, torch.device("cuda", 0)) is on
+
+
+def test_an_unknown_native_switch_value_raises(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(triton_backend.NATIVE_ENV, "maybe")
+    with pytest.raises(ValueError, match="MMAEMU_TRITON_NATIVE='maybe' is not a boolean"):
+        triton_backend.native_applies(HOPPER, torch.device("cuda", 0))
+
+
 def test_tile_configs_cuda_would_refuse_are_refused_at_construction() -> None:
     for bad in ((48, 64, 4), (64, 64, 3), (64, 64, 64), (0, 64, 4), (2048, 64, 4)):
         with pytest.raises(ValueError, match="power of two"):

@@ -59,6 +59,7 @@ import torch
 from ...accumulation import AccumulationPlan, combine_parts, flatten_plan
 from ...errors import BackendUnavailableError
 from ...formats import FP8_DTYPES, decode_fp8
+from ...host import env_flag
 from ...model import block_sum_exact_in_fp32
 from ...presets import CMode, Preset, Rounding
 from .. import reference
@@ -234,7 +235,8 @@ def choose_launch(m: int, n: int, n_chains: int, sms: int) -> Launch:
 NATIVE_GPU_CONFIG = TileConfig(128, 128, 8)
 #: The compute capability whose FP8 tensor-core instruction is the hopper preset's.
 NATIVE_CAPABILITY = (9, 0)
-#: Environment variable: set to 0 to keep the sm_90 formulation off (the exactly-defined one runs).
+#: Environment variable (a boolean, :func:`mmaemu.host.env_flag`; default on): 0, false, no or off keep the
+#: sm_90 formulation off (the exactly-defined one runs); any other value than those and 1, true, yes, on raises.
 NATIVE_ENV = "MMAEMU_TRITON_NATIVE"
 #: Devices (``str(torch.device)``) where the sm_90 formulation failed its self-test or was switched off.
 _NATIVE_OFF: set[str] = set()
@@ -327,13 +329,12 @@ def native_applies(preset: Preset, device: torch.device) -> bool:
     True only when all hold: the kernels are compiled (not the interpreter); ``device`` is a CUDA device of
     compute capability 9.0 (H100, H200, GH200: the instruction the hopper preset describes); the preset's
     arithmetic is the hopper preset's (B = 32, F = 13, aligned ``c``, truncation); the environment variable
-    ``MMAEMU_TRITON_NATIVE`` is not ``0``; and the formulation has not failed its self-test on the device
+    ``MMAEMU_TRITON_NATIVE`` does not turn it off (``0``, ``false``, ``no``, ``off``; any value that is not a
+    boolean raises :class:`ValueError`); and the formulation has not failed its self-test on the device
     (:func:`disable_native`). The self-test (run before first use, as for every variant) compares it with
     the reference backend; if it fails, the exactly-defined formulation runs instead.
     """
-    import os
-
-    if os.environ.get(NATIVE_ENV, "1") == "0" or device.type != "cuda" or interpreting():
+    if not env_flag(NATIVE_ENV, default=True) or device.type != "cuda" or interpreting():
         return False
     if device_str(device) in _NATIVE_OFF:
         return False
