@@ -169,6 +169,8 @@ def _selftest(args: argparse.Namespace) -> int:
     from .backends.triton.backend import interpreting
     from .backends.triton.selftest import selftest
 
+    if args.device is None and not torch.cuda.is_available() and not interpreting():
+        return _selftest_without_gpu()
     if args.device is not None:
         device = args.device
     elif torch.cuda.is_available():
@@ -181,6 +183,36 @@ def _selftest(args: argparse.Namespace) -> int:
         print(f"  {result.kernel:28s} {'passed' if result.passed else 'FAILED'}: {result.reason}")
     print("all kernels passed" if report.passed else "self-test FAILED: backend='auto' will not use triton here")
     return 0 if report.passed else 1
+
+
+def _selftest_without_gpu() -> int:
+    """No CUDA device: say so, and check the backend CPU tensors use instead (0 when it agrees)."""
+    from .accumulation import plan_accumulation
+    from .backends import cpu, reference
+    from .backends.triton.selftest import CASES, KERNEL_PRESETS, adversarial_codes
+
+    print(f"mmaemu {__version__} self-test: no CUDA GPU here, so no GPU kernel self-test applies (the triton "
+          "backend's kernels run on CUDA devices; 'python -m mmaemu selftest' on a GPU machine tests them).")
+    usable, reason = cpu.available()
+    if not usable:
+        print(f"CPU tensors use the reference backend (exact torch; the cpu backend cannot load: {reason}).")
+        return 0
+    print(f"Instead, the cpu backend ({reason}), which CPU tensors use, against the reference backend on the "
+          f"self-test's {len(CASES)} problems per preset:")
+    failed = 0
+    for preset in KERNEL_PRESETS:
+        bad = []
+        for case in CASES:
+            a = adversarial_codes(case.m, case.k, case.fmt_a, case.seed)
+            b = adversarial_codes(case.n, case.k, case.fmt_b, case.seed + 1000)
+            plan = plan_accumulation(case.k, fast=case.fast, split=case.split)
+            want, got = reference.accumulate(a, b, preset, plan), cpu.accumulate(a, b, preset, plan)
+            if not torch.equal(want.view(torch.int32), got.view(torch.int32)):
+                bad.append(case.name)
+        failed += len(bad)
+        print(f"  cpu[{preset.name}] {'passed' if not bad else 'FAILED on ' + '; '.join(bad)}")
+    print("the cpu backend agrees bit for bit" if not failed else "the cpu backend FAILED: report it")
+    return 0 if not failed else 1
 
 
 def _record(args: argparse.Namespace) -> int:
@@ -339,7 +371,9 @@ def _new_dir(text: str) -> str:
 
 
 def _existing_dir(text: str) -> str:
-    """An existing directory."""
+    """An existing directory (an empty string is refused, not read as the current directory)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path names no recording (pass the recording's directory)")
     path = Path(text)
     try:
         if not path.exists():

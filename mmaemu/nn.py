@@ -365,24 +365,30 @@ class EmulatedFP8Linear(torch.nn.Module):
         error_msgs: list[str],
     ) -> None:
         """Refuse buffers of another dtype: ``copy_`` would convert them (a bf16 weight rounded to
-        FP8 without its scale, an fp64 scale rounded to fp32) and give other bits silently; and refuse
+        FP8 without its scale, an fp64 scale rounded to fp32) and give other bits silently; buffers of
+        another shape or on the meta device (torch would refuse them after loading the others); and
         scales the constructor refuses (:func:`_check_scales`). A refused layer loads nothing."""
         wrong = [
-            f"{prefix}{name}: {state_dict[prefix + name].dtype} in the state dict, {buf.dtype} in the layer"
+            f"{prefix}{name}: {state_dict[prefix + name].dtype} {tuple(state_dict[prefix + name].shape)} on "
+            f"{state_dict[prefix + name].device.type} in the state dict, {buf.dtype} {tuple(buf.shape)} in the layer"
             for name, buf in self._buffers.items()
             if buf is not None and isinstance(state_dict.get(prefix + name), torch.Tensor)
-            and state_dict[prefix + name].dtype != buf.dtype
+            and (state_dict[prefix + name].dtype != buf.dtype or state_dict[prefix + name].shape != buf.shape
+                 or state_dict[prefix + name].device.type == "meta")
         ]
         if wrong:
             error_msgs.append(
-                "EmulatedFP8Linear loads its FP8 weight and fp32 scales bit for bit, without conversion; "
-                "convert them as the reference run did (or build the layer from them): " + "; ".join(wrong)
+                "EmulatedFP8Linear loads its FP8 weight and fp32 scales bit for bit, without conversion, of the "
+                "layer's shapes and with values (not on the meta device); convert them as the reference run did "
+                "(or build the layer from them): " + "; ".join(wrong)
             )
             return  # nothing of this layer is loaded
         incoming = {name: state_dict.get(prefix + name, buf) for name, buf in self._buffers.items()}
-        if all(isinstance(t, torch.Tensor) and t.numel() == 1 for name, t in incoming.items() if name != "weight"):
+        weight_scale_inv = incoming["weight_scale_inv"]
+        if isinstance(weight_scale_inv, torch.Tensor) and all(
+                isinstance(t, torch.Tensor) and t.numel() == 1 for name, t in incoming.items() if name != "weight"):
             try:
-                _check_scales(incoming["weight_scale_inv"], incoming.get("input_scale"), incoming.get("input_scale_inv"))
+                _check_scales(weight_scale_inv, incoming.get("input_scale"), incoming.get("input_scale_inv"))
             except ValueError as exc:
                 error_msgs.append(f"EmulatedFP8Linear {prefix or '(root)'}: the state dict's scales are refused, as "
                                   f"the constructor would refuse them: {exc}")

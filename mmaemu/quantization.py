@@ -67,6 +67,7 @@ def _as_fp32_scale(scale: object, device: torch.device, name: str = "scale") -> 
             raise ValueError(f"{name} must have one element (tensor-wise), got shape {tuple(scale.shape)}")
         if scale.dtype == torch.bool or scale.is_complex():
             raise TypeError(f"{name} must be a real number or a real tensor, got a {scale.dtype} tensor")
+        refuse_autograd((name, scale))  # the result is detached: a gradient would be lost in silence
         return scale.detach().to(device=device, dtype=torch.float32).reshape(())
     if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
         raise TypeError(f"{name} must be a one-element tensor or a real number, got {type(scale).__name__}")
@@ -121,7 +122,7 @@ def quantize(x: torch.Tensor, scale: torch.Tensor | float, dtype: torch.dtype = 
         raise TypeError(f"quantize expects a floating-point torch.Tensor, got {type(x).__name__}")
     if not x.is_floating_point():
         raise ValueError(f"quantize expects a floating-point tensor, got {x.dtype}")
-    refuse_autograd(("x", x), ("scale", scale))
+    refuse_autograd(("x", x))
     s = _as_fp32_scale(scale, x.device)
     _require_subnormals(x.device)
     scaled = x.to(torch.float32) * s

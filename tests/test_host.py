@@ -15,7 +15,7 @@ from mmaemu.errors import ExperimentalPresetWarning, UnsupportedFeatureError
 from mmaemu.host import env_flag, refuse_autograd, user_cache_dir
 from mmaemu.model import BlockOperands, block_fma
 from mmaemu.presets import HOPPER
-from mmaemu.quantization import quantize, round_to_tf32
+from mmaemu.quantization import quantize, reciprocal_scale, round_to_tf32, scale_from_amax
 
 
 @pytest.mark.parametrize("raw,expected", [("1", True), (" TRUE ", True), ("on", True), ("0", False), ("Off", False),
@@ -64,6 +64,8 @@ _ENTRY_POINTS: dict[str, tuple[str, Callable[[], object]]] = {
                                                           out_dtype=torch.float32)),
     "quantize": ("x", lambda: quantize(_grad(torch.bfloat16, 4), 1.0)),
     "round_to_tf32": ("x", lambda: round_to_tf32(_grad(torch.float32, 4))),
+    "reciprocal_scale": ("scale", lambda: reciprocal_scale(_grad(torch.float32))),
+    "scale_from_amax": ("amax", lambda: scale_from_amax(_grad(torch.float32), torch.float8_e4m3fn)),
     "scaled_mm": ("scale_a", lambda: mmaemu.scaled_mm(_fp8(16, 32), _fp8(16, 32).t(), _grad(torch.float32),
                                                       torch.tensor(1.0), splitk=1)),
 }

@@ -277,3 +277,154 @@ def test_a_damaged_probe_document_is_damage(recorded: Path, tmp_path: Path, fiel
     with pytest.raises(RecordingDamagedError, match=rf"probes\.json: probe 0: .*{field}"):
         profile_from_recording(path)
     assert main_replay(str(path), "auto", None, None) == 2
+
+
+@pytest.mark.parametrize("field,value", [("out", "float32"), ("S", -1), ("name", "../x"), ("scale_a_bits", 1.5)])
+def test_a_damaged_bias_probe_is_damage(recorded: Path, tmp_path: Path, field: str, value: object) -> None:
+    path = _copy(recorded, tmp_path)
+    doc = json.loads((path / "probes.json").read_text())
+    doc["bias_probes"][0][field] = value
+    (path / "probes.json").write_text(json.dumps(doc))
+    reseal(path)
+    with pytest.raises(RecordingDamagedError, match=r"probes\.json: bias probe 0"):
+        profile_from_recording(path)
+    assert main_replay(str(path), "auto", None, None) == 2
+
+
+# -- the second hostile pass's own findings (issue 24's bar: a pass over what changed) ------------------------------
+
+
+def test_a_manifest_edited_after_a_passing_replay_is_never_validated(recorded: Path, tmp_path: Path) -> None:
+    """Found by this issue's hostile pass: the digest covered the data files only, so a manifest claiming another
+    GPU, workspace or section status kept the profile VALIDATED."""
+    path = _copy(recorded, tmp_path)
+    manifest = json.loads((path / "manifest.json").read_text())
+    manifest["environment"]["gpu"] = "NVIDIA H100 80GB HBM3"
+    manifest["environment"]["torch_workspace_bytes"] = 32 << 20
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    profile = profile_from_recording(path)
+    assert profile.maturity is Maturity.EXPERIMENTAL and profile.evidence is not None
+    assert profile.evidence["replay"] == "for another recording"
+
+
+def _edit_probes(path: Path, edit: object) -> None:
+    doc = json.loads((path / "probes.json").read_text())
+    edit(doc)  # type: ignore[operator]
+    (path / "probes.json").write_text(json.dumps(doc))
+    reseal(path)
+
+
+def test_a_probe_declaring_work_past_its_bound_is_damage_not_hours(recorded: Path, tmp_path: Path) -> None:
+    """Found by this issue's hostile pass: one probe of K = 2**21 - 1 (4.7 KB of zero codes) made the analysis
+    run for hours (160 candidates)."""
+    path = _copy(recorded, tmp_path)
+    with np.load(path / "probes.npz") as data:
+        arrays = {k: np.asarray(data[k]) for k in data.files}
+    k = (1 << 21) - 1
+    arrays.update(a_huge=np.zeros((1, k), np.uint8), b_huge=np.zeros((1, k), np.uint8), out_huge=np.zeros((1, 1), np.uint32))
+    np.savez_compressed(path / "probes.npz", **arrays)
+    _edit_probes(path, lambda d: d["probes"].append({**d["probes"][0], "name": "huge", "m": 1, "n": 1, "k": k,
+                                                     "compared": [1, 1]}))
+    with pytest.raises(RecordingDamagedError, match="more work than a arithmetic probe may take"):
+        profile_from_recording(path)
+
+
+def test_two_probes_of_one_name_are_damage(recorded: Path, tmp_path: Path) -> None:
+    """Found by this issue's hostile pass: a RuntimeError ('Boolean value of Tensor ... ambiguous') from the analysis."""
+    path = _copy(recorded, tmp_path)
+    _edit_probes(path, lambda d: d["probes"].append(dict(d["probes"][0])))
+    with pytest.raises(RecordingDamagedError, match="repeats an earlier probe"):
+        profile_from_recording(path)
+
+
+@pytest.mark.parametrize("name", ["manifest.json", "heuristics.json", "probes.json", "calls.jsonl", "replay.json"])
+def test_deeply_nested_json_is_damage(recorded: Path, tmp_path: Path, name: str) -> None:
+    """Found by this issue's hostile pass: RecursionError tracebacks from json.loads."""
+    path = _copy(recorded, tmp_path)
+    (path / name).write_text("[" * 100_000 + "]" * 100_000)
+    if name == "manifest.json":
+        with pytest.raises(RecordingDamagedError, match="not a JSON object"):
+            profile_from_recording(path)
+        return
+    if name != "replay.json":
+        reseal(path)
+        with pytest.raises(RecordingDamagedError, match=f"{name}: does not parse"):
+            profile_from_recording(path)
+        return
+    assert profile_from_recording(path).maturity is Maturity.EXPERIMENTAL  # an unreadable report is no report
+
+
+@pytest.mark.parametrize("field,value", [("k", 0), ("m", 0)])
+def test_an_empty_live_call_is_damage(recorded: Path, tmp_path: Path, field: str, value: int) -> None:
+    """Found by this issue's hostile pass: an adversarial call with K = 0 raised IndexError regenerating its inputs."""
+    path = _copy(recorded, tmp_path)
+    _edit_call(path, 0, **{field: value})
+    assert "calls.jsonl" in replay(path, write=False).damaged
+
+
+def test_table_rows_of_an_unnamed_output_are_damage(recorded: Path, tmp_path: Path) -> None:
+    """Found by this issue's hostile pass: setting code 251 (output code 7) raised IndexError in Setting.from_code."""
+    path = _copy(recorded, tmp_path)
+
+    def move(c: dict[str, np.ndarray]) -> None:
+        starts = c["setting_start"].copy()
+        last = int(starts[-1])
+        starts[:252] = np.minimum(starts[:252], last - 1)  # the last row now belongs to setting 251
+        starts[252:] = last
+        c["setting_start"] = starts
+
+    _rewrite_table(path, move)
+    with pytest.raises(RecordingDamagedError, match="names no output format"):
+        profile_from_recording(path)
+
+
+@pytest.mark.parametrize("section,key,value", [
+    ("environment", "gpu", ["a", "b"]), ("environment", "cublaslt", 12), ("environment", "capability", "9.0"),
+    ("grid", "live_cost", "2097152"), ("grid", "live_cost", True), ("grid", "live_cost", None),
+    (None, "format_version", 1.0), (None, "format_version", True),
+])
+def test_mistyped_manifest_fields_are_damage(recorded: Path, tmp_path: Path, section: str | None, key: str,
+                                             value: object) -> None:
+    """Found by this issue's hostile pass: accepted silently (a list GPU name, a string live_cost that switched the
+    declared-size bound off, format_version 1.0)."""
+    path = _copy(recorded, tmp_path)
+    manifest = json.loads((path / "manifest.json").read_text())
+    target = manifest if section is None else manifest[section]
+    if value is None:
+        del target[key]
+    else:
+        target[key] = value
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    if value is None:  # no live_cost: the calls cannot be bounded
+        assert "calls.jsonl" in replay(path, write=False).damaged
+        return
+    with pytest.raises(RecordingDamagedError, match=key.replace("format_", "")):
+        profile_from_recording(path)
+
+
+def test_a_stored_output_that_contradicts_its_digest_is_damage(recorded: Path, tmp_path: Path) -> None:
+    """Found by this issue's hostile pass: one flipped bit in a stored output (resealed) replayed as PASSED."""
+    path = _copy(recorded, tmp_path)
+    with np.load(path / "calls.npz") as data:
+        arrays = {k: np.asarray(data[k]).copy() for k in data.files}
+    name = sorted(arrays)[0]
+    arrays[name].reshape(-1)[0] ^= 1
+    np.savez_compressed(path / "calls.npz", **arrays)
+    reseal(path)
+    report = replay(path, write=False)
+    assert not report.passed and "contradict" in report.damaged["calls.npz"]
+
+
+def test_profile_arguments_are_checked(recorded: Path) -> None:
+    """Found by this issue's hostile pass: preset=<a zoo preset> built an FP8 profile with B = 16, F = 25; preset="hopper"
+    (a string) an unusable one; wrong types raised AttributeError."""
+    from mmaemu.presets import ZOO, Architecture
+    from mmaemu.formats import WideFormat
+    import mmaemu
+
+    with pytest.raises(mmaemu.UnsupportedFeatureError, match="not FP8"):
+        profile_from_recording(recorded, preset=ZOO[(Architecture.HOPPER, WideFormat.FP16)])
+    assert profile_from_recording(recorded, preset="hopper").preset.name == "hopper"
+    for bad in ({"split_family": "contiguous"}, {"report": []}, {"report": "x"}, {"verdict": "x"}):
+        with pytest.raises(TypeError):
+            profile_from_recording(recorded, **bad)  # type: ignore[arg-type]

@@ -225,3 +225,17 @@ def test_load_state_dict_takes_a_consistent_state() -> None:
     other = EmulatedFP8Linear(torch.randn(16, 32), weight_scale=8.0, input_scale=0.5)
     layer.load_state_dict(other.state_dict())
     assert float(layer.input_scale_inv) == 2.0 and float(layer.weight_scale_inv) == 0.125  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("name,value", [("weight_scale_inv", torch.tensor([0.5, 5.0])), ("weight", torch.zeros(8, 32)),
+                                        ("input_scale", torch.tensor(4.0, device="meta"))])
+def test_load_state_dict_of_another_shape_or_on_meta_loads_nothing(name: str, value: torch.Tensor) -> None:
+    """Found by issue 24's hostile pass: a scale of another shape made torch refuse after the weight was replaced."""
+    layer = EmulatedFP8Linear(torch.randn(16, 32), weight_scale=2.0, input_scale=4.0)
+    before = {k: v.clone() for k, v in layer.state_dict().items()}
+    other = EmulatedFP8Linear(torch.randn(16, 32) * 3, weight_scale=8.0, input_scale=4.0).state_dict()
+    state = {**other, name: value.to(before[name].dtype) if value.device.type != "meta" else value}
+    with pytest.raises(RuntimeError, match="bit for bit"):
+        layer.load_state_dict(state)
+    for k, v in layer.state_dict().items():
+        assert torch.equal(v.reshape(-1).view(torch.uint8), before[k].reshape(-1).view(torch.uint8)), k

@@ -203,6 +203,10 @@ def check_table_columns(arrays: Mapping[str, np.ndarray], parts: Iterable[int] |
     if rows and int(key.min()) < 0:
         raise ValueError("column key holds a negative key")
     counts: np.ndarray = np.asarray(starts, np.int64)[1:] - np.asarray(starts, np.int64)[:-1]
+    unnamed = [code for code in np.nonzero(counts)[0] if (int(code) >> 3) & 7 >= len(OUT_FORMATS)]
+    if unnamed:
+        raise ValueError(f"column setting_start has rows for setting codes {unnamed[:4]} whose output code names no "
+                         "output format")
     setting = np.repeat(np.arange(256, dtype=np.int64), counts)
     if rows > 1 and bool(((np.diff(key) <= 0) & (np.diff(setting) == 0)).any()):
         raise ValueError("column key is not strictly increasing within each setting (unsorted or repeated rows)")

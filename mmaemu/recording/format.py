@@ -67,6 +67,7 @@ __all__ = [
     "RecordingWriter",
     "call_bytes",
     "inspect",
+    "recording_digest",
     "reseal",
 ]
 
@@ -87,7 +88,7 @@ MAX_ARRAY_BYTES = 4 << 30
 MAX_CALL_BYTES = 4 << 30
 #: What a file that does not parse raises while it is parsed (zip, zlib, numpy's format, JSON, text).
 _PARSE_ERRORS = (EOFError, ValueError, KeyError, TypeError, IndexError, zipfile.BadZipFile, zlib.error,
-                 UnicodeDecodeError, OverflowError)
+                 UnicodeDecodeError, OverflowError, RecursionError)
 _INT_OF_WIDTH = {1: torch.uint8, 2: torch.int16, 4: torch.int32}
 
 
@@ -140,7 +141,8 @@ def _json_object(data: bytes) -> dict[str, Any]:
 
 def _check_manifest(where: Path, manifest: dict[str, Any]) -> None:
     """Raise RecordingDamagedError when the manifest is not one this reader reads."""
-    if manifest.get("format") != FORMAT or manifest.get("format_version") != FORMAT_VERSION:
+    version = manifest.get("format_version")
+    if manifest.get("format") != FORMAT or type(version) is not int or version != FORMAT_VERSION:
         raise RecordingDamagedError(f"{where}: format {manifest.get('format')!r} version "
                                     f"{manifest.get('format_version')!r} is not {FORMAT!r} version {FORMAT_VERSION}")
     files = manifest.get("files", {})
@@ -163,9 +165,20 @@ def _check_manifest(where: Path, manifest: dict[str, Any]) -> None:
             raise RecordingDamagedError(f"{where}: field environment.{key}={value!r} is not a non-negative integer")
     if environment.get("torch_workspace_bytes", WS_BYTES[1]) not in WS_BYTES:
         raise RecordingDamagedError(f"{where}: field environment.torch_workspace_bytes is not one of {list(WS_BYTES)}")
+    for key in ("gpu", "cublaslt", "torch", "driver", "cuda", "cublaslt_path", "cublaslt_sha256", "transformer_engine"):
+        value = environment.get(key)
+        if value is not None and (not isinstance(value, str) or len(value) > 4096):
+            raise RecordingDamagedError(f"{where}: field environment.{key}={value!r} is not a string or null")
+    capability = environment.get("capability")
+    if capability is not None and not (isinstance(capability, list) and len(capability) == 2 and all(
+            type(c) is int and 0 <= c < 1000 for c in capability)):
+        raise RecordingDamagedError(f"{where}: field environment.capability={capability!r} is not [major, minor]")
     for key in ("grid", "budget"):
         if not isinstance(manifest.get(key, {}), dict):
             raise RecordingDamagedError(f"{where}: field {key!r} is not a JSON object")
+    live_cost = manifest.get("grid", {}).get("live_cost")
+    if live_cost is not None and (type(live_cost) is not int or live_cost < 1):
+        raise RecordingDamagedError(f"{where}: field grid.live_cost={live_cost!r} is not a positive integer")
 
 
 def _read_manifest(d: RecordingDirectory) -> dict[str, Any]:
@@ -175,7 +188,7 @@ def _read_manifest(d: RecordingDirectory) -> dict[str, Any]:
         raise RecordingDamagedError(f"{d.root} is not a recording: no manifest.json")
     try:
         manifest = _json_object(text)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise RecordingDamagedError(f"{where} is not a JSON object ({exc}): the recording is damaged; copy it again "
                                     "from the machine that recorded it") from None
     _check_manifest(where, manifest)
@@ -315,9 +328,16 @@ def inspect(path: str | os.PathLike[str]) -> Inspection:
             if name not in files and d.exists(name):
                 damaged[name] = "not sealed in the manifest (its sha256 was never recorded)"
     root = Path(path)
-    digest = sha256_bytes(json.dumps(sorted(actual.items())).encode())
+    digest = recording_digest(manifest, actual)
     recording = None if damaged else _parse(root, manifest, content, actual, digest, damaged)
     return Inspection(root, manifest, changed, damaged, digest, recording)
+
+
+def recording_digest(manifest: Mapping[str, Any], actual: Mapping[str, str]) -> str:
+    """One sha256 over everything a recording claims: the data files' actual sha256 and the manifest's other
+    fields (environment, grid, sections, ...), so that editing either changes it."""
+    claims = {key: value for key, value in manifest.items() if key != "files"}
+    return sha256_bytes(json.dumps({"files": sorted(actual.items()), "manifest": claims}, sort_keys=True).encode())
 
 
 def _parse(root: Path, manifest: dict[str, Any], content: dict[str, bytes], actual: dict[str, str], digest: str,
@@ -349,6 +369,11 @@ def _parse(root: Path, manifest: dict[str, Any], content: dict[str, bytes], actu
             damaged["calls.npz"] = (f"array out{call.id} is {stored.dtype} {stored.shape}, not the {width}-byte integer "
                                     f"bits of call {call.id}'s [{call.m}, {call.n}] output")
             return None
+        little = np.ascontiguousarray(stored).astype(stored.dtype.newbyteorder("<"), copy=False)
+        if not call.outputs or sha256_bytes(little.tobytes()) != call.outputs[0]:
+            damaged["calls.npz"] = (f"array out{call.id} is not the output whose sha256 call {call.id} records: the "
+                                    "stored bits contradict the record")
+            return None
     has_table = "heuristics.npz" in parsed and "heuristics.json" in parsed
     return Recording(root, manifest, calls, digest, dict(actual),
                      _table=parsed["heuristics.npz"] if has_table else None,
@@ -359,9 +384,13 @@ def _parse(root: Path, manifest: dict[str, Any], content: dict[str, bytes], actu
 def _parse_calls(data: bytes, manifest: Mapping[str, Any]) -> list[CallRecord]:
     """The call records of ``calls.jsonl``, each line checked, each declared size bounded."""
     live_cost = manifest.get("grid", {}).get("live_cost")
-    bounded = isinstance(live_cost, int) and not isinstance(live_cost, bool)
     calls = []
-    for i, line in enumerate(data.decode("utf-8").splitlines()):
+    lines = data.decode("utf-8").split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    if lines and live_cost is None:
+        raise ValueError("live calls without the grid's live_cost (the bound on (m + n) * k) in the manifest")
+    for i, line in enumerate(lines):
         try:
             call = CallRecord.from_json(json.loads(line))
             if call.id != i:
@@ -369,7 +398,7 @@ def _parse_calls(data: bytes, manifest: Mapping[str, Any]) -> list[CallRecord]:
             if call_bytes(call) > MAX_CALL_BYTES:
                 raise ValueError(f"m, n, k = {call.m}, {call.n}, {call.k} (S = {call.S}) would need "
                                  f"{call_bytes(call):,} bytes to replay, more than {MAX_CALL_BYTES:,}")
-            if bounded and (call.m + call.n) * call.k > live_cost:
+            if (call.m + call.n) * call.k > live_cost:
                 raise ValueError(f"m, n, k = {call.m}, {call.n}, {call.k} exceed the grid's live_cost {live_cost} "
                                  "((m + n) * k of the largest live call)")
         except _PARSE_ERRORS as exc:

@@ -204,8 +204,8 @@ class CallRecord:
         missing = [name for name in names if name not in d and name != "error"]
         if missing:
             raise ValueError(f"missing fields {missing}")
-        for name, bound in _CALL_INT_BOUNDS.items():
-            _check_int(d[name], name, bound)
+        for name, (low, bound) in _CALL_INT_BOUNDS.items():
+            _check_int(d[name], name, bound, low)
         if d["scale_result_bits"] is not None:
             _check_int(d["scale_result_bits"], "scale_result_bits", 1 << 32)
         if d["workspace_bytes"] not in WS_BYTES:
@@ -238,15 +238,15 @@ class CallRecord:
         return call
 
 
-#: The integer fields of a call record and the bound each stays below.
-_CALL_INT_BOUNDS = {"id": 1 << 31, "m": 1 << 21, "n": 1 << 21, "k": 1 << 21, "seed": 1 << 62,
-                    "scale_a_bits": 1 << 32, "scale_b_bits": 1 << 32, "workspace_bytes": 1 << 40, "S": 256,
-                    "custom": 256, "reduction": 256}
+#: The integer fields of a call record and their ranges [low, bound) (a live call is never empty).
+_CALL_INT_BOUNDS = {"id": (0, 1 << 31), "m": (1, 1 << 21), "n": (1, 1 << 21), "k": (1, 1 << 21), "seed": (0, 1 << 62),
+                    "scale_a_bits": (0, 1 << 32), "scale_b_bits": (0, 1 << 32), "workspace_bytes": (0, 1 << 40),
+                    "S": (0, 256), "custom": (0, 256), "reduction": (0, 256)}
 
 
-def _check_int(value: object, name: str, bound: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < bound:
-        raise ValueError(f"{name}={value!r} is not an integer in [0, {bound})")
+def _check_int(value: object, name: str, bound: int, low: int = 0) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value < bound:
+        raise ValueError(f"{name}={value!r} is not an integer in [{low}, {bound})")
 
 
 def _check_sha256(value: object, name: str) -> None:
