@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 from . import model, ops, testing
 from .accumulation import Scheme, SplitK
 from .call import CallPlan, accumulate, explain, scaled_mm
-from .epilogue import epilogue
+from .epilogue import BiasOrder, epilogue
+from .functional import scaled_mm_v2
 from .errors import (
     BackendFallbackWarning,
     BackendUnavailableError,
@@ -21,9 +22,11 @@ from .errors import (
     MmaemuWarning,
     RecordingDamagedError,
     ReferenceRejectsError,
+    ReferenceRejectsValueError,
     SplitKUnknownError,
     UnsupportedFeatureError,
     UnvalidatedEnvelopeWarning,
+    UnverifiedEpilogueWarning,
     UnverifiedSplitWarning,
 )
 from .intercept import EmulationLog, emulate
@@ -37,8 +40,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "scaled_mm",
+    "scaled_mm_v2",
     "accumulate",
     "epilogue",
+    "BiasOrder",
     "explain",
     "CallPlan",
     "model",
@@ -52,11 +57,13 @@ __all__ = [
     "SplitKUnknownError",
     "UnsupportedFeatureError",
     "ReferenceRejectsError",
+    "ReferenceRejectsValueError",
     "BackendUnavailableError",
     "RecordingDamagedError",
     "MmaemuWarning",
     "BackendFallbackWarning",
     "UnverifiedSplitWarning",
+    "UnverifiedEpilogueWarning",
     "UnvalidatedEnvelopeWarning",
     "ExperimentalPresetWarning",
     "__version__",

@@ -76,8 +76,12 @@ ROUND_ROBIN_TILE = 64
 class Scheme(str, enum.Enum):
     """How K is dealt to split parts and how their partial sums are combined.
 
-    A string enum: ``Scheme.PAIRWISE == "pairwise"``, so code that compared the text keeps working.
+    A string enum: ``Scheme.PAIRWISE == "pairwise"``, so code that compared the text keeps working;
+    ``str()`` and ``print`` give the value.
     """
+
+    def __str__(self) -> str:
+        return str(self.value)
 
     NONE = "none"
     CONTIGUOUS = "contiguous"

@@ -19,13 +19,20 @@ import torch
 from .accumulation import AUTO, SplitK, SplitKArg, SplitKSpec, parse_splitk, plan_accumulation
 from .backends import Backend, accumulator_function, auto_fallback, parse_backend, require, resolve_backend
 from .checks import CheckedCall, check_call, out_resize_warning, resize_out_like_torch
-from .epilogue import epilogue
-from .errors import ExperimentalPresetWarning, MmaemuError, UnsupportedFeatureError, UnverifiedSplitWarning
+from .epilogue import BiasOrder, epilogue
+from .errors import (
+    ExperimentalPresetWarning,
+    MmaemuError,
+    UnsupportedFeatureError,
+    UnvalidatedEnvelopeWarning,
+    UnverifiedEpilogueWarning,
+    UnverifiedSplitWarning,
+)
 from .formats import FP8_DTYPES, WIDE_DTYPES, OutFormat, nan_rows, wide_format_of
 from .host import check_cpu_subnormals, cpu_default_device, refuse_autograd
 from .platforms.profiles import Profile, get_profile
 from .platforms.splitk import Problem, SplitDecision, SplitSource, combo_verified, resolve_splitk, split_warnings
-from .presets import Architecture, CMode, Preset, instruction_preset
+from .presets import Architecture, CMode, Maturity, Preset, instruction_preset
 
 __all__ = ["scaled_mm", "accumulate", "explain", "CallPlan", "decide_split"]
 
@@ -248,6 +255,10 @@ class CallPlan:
         shape: ``(M, N, K)``, or None when the arguments are not matrices.
         use_fast_accum: the accumulation mode.
         warnings: ``(warning class name, message)`` of every warning the call would emit.
+        validated: whether the result would be validated on hardware: the call runs, its profile
+            and preset are validated, its split-K decision is verified, and nothing it does warns
+            as unverified or experimental.
+        reason: why ``validated`` is False (None when it is True).
     """
 
     validation: str | tuple[str, str]
@@ -261,11 +272,31 @@ class CallPlan:
     shape: tuple[int, int, int] | None
     use_fast_accum: bool
     warnings: tuple[tuple[str, str], ...] = ()
+    validated: bool = False
+    reason: str | None = None
 
     @property
     def ok(self) -> bool:
         """True when the call would run."""
         return self.validation == "ok"
+
+    def __str__(self) -> str:
+        """The plan as a few labelled lines (``repr`` gives every field)."""
+        shape = "?" if self.shape is None else " x ".join(str(d) for d in self.shape)
+        lines = [f"mmaemu plan for M x N x K = {shape} -> {self.out_dtype}, use_fast_accum={self.use_fast_accum}, "
+                 f"profile {self.profile!r}"]
+        lines.append("  runs:       yes" if self.ok else f"  runs:       no, {self.validation[0]}: {self.validation[1]}")
+        lines.append("  validated:  yes, on recorded hardware output" if self.validated else f"  validated:  no: {self.reason}")
+        lines.append(f"  preset:     {self.preset} ({self.preset_maturity})")
+        if self.split is not None:
+            d = self.split
+            lines.append(f"  split-K:    S = {d.parts}, {d.scheme.value}, from {d.source.value} "
+                         f"({'verified' if d.verified else 'not verified'}): {d.note}")
+        if self.backend is not None:
+            lines.append(f"  backend:    {self.backend}" + (f" (fallback: {self.fallback})" if self.fallback else ""))
+        for cls, message in self.warnings:
+            lines.append(f"  warns:      {cls}: {message}")
+        return "\n".join(lines)
 
     def __repr__(self) -> str:
         fields = [
@@ -280,6 +311,8 @@ class CallPlan:
             f"shape={self.shape!r}",
             f"use_fast_accum={self.use_fast_accum!r}",
             f"warnings={self.warnings!r}",
+            f"validated={self.validated!r}",
+            f"reason={self.reason!r}",
         ]
         return "CallPlan(" + ",\n         ".join(fields) + ")"
 
@@ -321,6 +354,12 @@ def _prepare(
         if plan.unverified_empty_parts:
             warnings.warn(_empty_parts_message(split, plan.k, plan.unverified_empty_parts), UnverifiedSplitWarning,
                           stacklevel=4)
+    if bias is not None and prof.bias_order is None and not checked.empty:
+        warnings.warn(
+            f"{prof.name}: bias= is experimental: no recording of the {prof.gpu}'s biased output decides where its "
+            f"epilogue adds the bias; computed as {BiasOrder.AFTER_SCALE.value!r} (mmaemu.epilogue.BiasOrder: scaled "
+            "and rounded to fp32, then the bias added and rounded again)", UnverifiedEpilogueWarning, stacklevel=4,
+        )
     resize_message = out_resize_warning(out, checked.m, checked.n)
     if resize_message is not None:
         warnings.warn(resize_message, UserWarning, stacklevel=4)
@@ -421,6 +460,7 @@ def explain(
         dtype_name = str(out_dtype).replace("torch.", "")
     else:
         dtype_name = str(mat1.dtype).replace("torch.", "") if isinstance(mat1, torch.Tensor) else None
+    validated, reason = _validated(validation, prof, decision, tuple(caught))
     return CallPlan(
         validation=validation,
         profile=prof.name if prof else str(profile),
@@ -434,7 +474,32 @@ def explain(
         shape=shape,
         use_fast_accum=bool(use_fast_accum),
         warnings=tuple(caught),
+        validated=validated,
+        reason=reason,
     )
+
+
+def _validated(validation: str | tuple[str, str], prof: Profile | None, decision: SplitDecision | None,
+               caught: tuple[tuple[str, str], ...]) -> tuple[bool, str | None]:
+    """Whether a plan's result is validated on hardware, and why not."""
+    if validation != "ok":
+        return False, f"the call is refused ({validation[0]})"
+    assert prof is not None
+    if prof.maturity is not Maturity.VALIDATED:
+        return False, f"profile {prof.name!r} is experimental"
+    if prof.preset.maturity is not Maturity.VALIDATED:
+        return False, f"preset {prof.preset.name!r} is experimental"
+    if decision is not None and not decision.verified:
+        return False, f"the split-K decision (S = {decision.parts}, from {decision.source.value}) is not verified"
+    for cls, message in caught:
+        if cls in _UNVERIFIED_WARNINGS:
+            return False, f"{cls}: {message}"
+    return True, None
+
+
+#: The warnings that mean a result is not validated on hardware.
+_UNVERIFIED_WARNINGS = frozenset(w.__name__ for w in (ExperimentalPresetWarning, UnverifiedEpilogueWarning,
+                                                      UnverifiedSplitWarning, UnvalidatedEnvelopeWarning))
 
 
 def scaled_mm(
@@ -459,7 +524,12 @@ def scaled_mm(
         mat2: ``[K, N]`` FP8, column-major as torch requires (``w.t()`` of a ``[N, K]`` weight).
         scale_a: fp32 tensor-wise scale of ``mat1`` (one element, any shape).
         scale_b: fp32 tensor-wise scale of ``mat2`` (one element, any shape).
-        bias: checked as torch checks it, then refused (:class:`UnsupportedFeatureError`): not modelled.
+        bias: experimental: a bf16 or fp16 vector of N elements (torch 2.7.1's rules: the output's
+            dtype, not with an fp32 output), added in the epilogue (:mod:`mmaemu.epilogue`,
+            [Note: bias]); every call warns with :class:`~mmaemu.errors.UnverifiedEpilogueWarning`
+            unless the profile's recording decided the bias order. An FP8 output with a bias
+            raises :class:`UnsupportedFeatureError`; M, N or K = 0 returns torch's early result (no
+            bias added).
         scale_result: fp32 scalar multiplying the result before an FP8 output's conversion.
         out_dtype: output dtype; default ``mat1.dtype`` (as torch).
         use_fast_accum: as torch; default False (slow accumulation).
@@ -485,8 +555,8 @@ def scaled_mm(
     Raises:
         ReferenceRejectsError: every call torch 2.7.1 or the reference cuBLASLt rejects, with
             torch's message (a ``RuntimeError``).
-        UnsupportedFeatureError: bias, row-wise or block-wise scales, inputs requiring grad in
-            grad mode, an ``out=`` layout torch would not write.
+        UnsupportedFeatureError: row-wise or block-wise scales, a bias with an FP8 output,
+            inputs requiring grad in grad mode, an ``out=`` layout torch would not write.
         SplitKUnknownError: see ``splitk``.
         BackendUnavailableError: the requested backend cannot run on the tensors' device (raised
             before anything runs).
@@ -520,7 +590,8 @@ def scaled_mm(
     else:
         assert checked.out_format is not None
         acc = _run(mat1, mat2.t(), prof.preset, checked.fast, decision.split, chosen)
-        result = epilogue(acc, scale_a, scale_b, out_dtype=checked.out_format.dtype, scale_result=scale_result)
+        result = epilogue(acc, scale_a, scale_b, out_dtype=checked.out_format.dtype, scale_result=scale_result,
+                          bias=bias, bias_order=prof.bias_order or BiasOrder.AFTER_SCALE)
     if out is not None:
         # only now, with the call decided and the result computed, is out touched (see checks [Note: out])
         resize_out_like_torch(out, checked.m, checked.n, warn=False)

@@ -6,8 +6,9 @@
   call torch 2.7.1 or the reference cuBLASLt rejects;
 - :class:`TypeError` where torch's argument parser raises one;
 - :class:`~mmaemu.errors.UnsupportedFeatureError` for calls the reference GPU runs but mmaemu does
-  not model (bias, row-wise scales, inputs requiring grad in grad mode, an ``out=`` layout that
-  torch would silently not write);
+  not model (row-wise or block-wise scales, a bias with an FP8 output, inputs
+  requiring grad in grad mode, an ``out=`` layout that torch would silently not write); a bias with
+  a bf16 or fp16 output passes (experimental: :mod:`mmaemu.epilogue`, [Note: bias]);
 - :class:`~mmaemu.errors.MmaemuError` when the CPU flushes subnormals (it would change the arithmetic);
 - :class:`ValueError` for tensors on the ``meta`` device (they hold no values to compute with);
 - :class:`RuntimeError` (not a ``ReferenceRejectsError``) for an ``out`` that shares memory with an
@@ -419,8 +420,11 @@ def check_call(
             f"CUDA error: CUBLAS_STATUS_NOT_SUPPORTED when calling cublasLtMatmul with transpose_mat1 t "
             f"transpose_mat2 n m {n} n {m} k {k} mat1_ld {lda} mat2_ld {ldb} result_ld {n} computeType 68 scaleType 0"
         )
-    if bias is not None:
-        raise UnsupportedFeatureError("bias is not modelled: the fused-bias epilogue has no hardware recording")
+    if bias is not None and out_fmt.fp8 is not None:
+        raise UnsupportedFeatureError(
+            "bias with an FP8 output is not modelled: where cuBLASLt adds the bias relative to scale_result is not "
+            "recorded (bf16 and fp16 outputs take a bias, experimentally)"
+        )
     refuse_autograd(("mat1", mat1), ("mat2", mat2), ("scale_a", scale_a), ("scale_b", scale_b),
                     ("scale_result", scale_result), ("out", out))
     if mat1.device.type == "cpu":

@@ -11,16 +11,38 @@ What the reference GPUs compute (seeds 000 and 002; RTX 4060 recordings ``epilog
   largest finite value, infinities included, become +-448 (E4M3) or +-57344 (E5M2);
 - NaN results are written as the output type's canonical NaN (fp32 0x7FFFFFFF, bf16/fp16 0x7FFF,
   FP8 0x7F).
+
+[Note: bias] A bias (``bias=``, bf16 or fp16 outputs only, as torch 2.7.1 allows) is experimental:
+no recording of a biased call's output exists. cuBLASLt's bias epilogue adds the bias vector to
+every row in fp32 before the conversion to the output type; where exactly is open, and
+:class:`BiasOrder` names the two candidates. ``AFTER_SCALE`` (the default) is CUTLASS's
+``LinearCombinationBias``-style order: ``y = fma(acc, alpha, +0)`` rounded to fp32 as above, then
+``y + bias`` rounded to fp32 again. ``FUSED`` adds the bias inside the fused multiply-add:
+``fma(acc, alpha, bias)``, one rounding to fp32. They differ where the second rounding of
+``AFTER_SCALE`` changes a bit (most outputs agree once rounded to bf16), and in the sign of a zero.
+``python -m mmaemu record`` records biased probe calls that tell them apart, and its replay names
+the one that fits.
 """
 
 from __future__ import annotations
+
+import enum
 
 import torch
 
 from .formats import OUT_DTYPES, out_format_of
 from .host import check_cpu_subnormals, refuse_autograd
 
-__all__ = ["epilogue"]
+__all__ = ["BiasOrder", "epilogue"]
+
+
+class BiasOrder(enum.Enum):
+    """Where the bias enters the epilogue ([Note: bias]): the candidates a recording decides between."""
+
+    #: ``RN32(RN32(fma(acc, alpha, +0)) + bias)``: scaled and rounded, then the bias added and rounded.
+    AFTER_SCALE = "after-scale"
+    #: ``RN32(acc * alpha + bias)``: the bias is the fused multiply-add's addend, one rounding.
+    FUSED = "fused"
 
 _ACCEPTED = ", ".join(str(d) for d in OUT_DTYPES)
 
@@ -47,6 +69,8 @@ def epilogue(
     *,
     out_dtype: torch.dtype,
     scale_result: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    bias_order: BiasOrder = BiasOrder.AFTER_SCALE,
 ) -> torch.Tensor:
     """Scale an fp32 accumulator and round it to ``out_dtype`` as the reference GPU's epilogue does.
 
@@ -60,6 +84,10 @@ def epilogue(
         out_dtype: ``torch.float32``, ``bfloat16``, ``float16``, ``float8_e4m3fn`` or ``float8_e5m2``.
         scale_result: fp32 tensor with one element, applied for FP8 outputs only (ignored for the
             others, as by cuBLASLt's D scale, but checked for every output as torch checks it).
+        bias: experimental ([Note: bias]): a 1-D bf16 or fp16 tensor of ``acc.shape[-1]`` elements
+            added to every row, for bf16 and fp16 outputs only. Its values are converted to fp32
+            exactly; a NaN bias gives NaN, an infinite one infinity (IEEE addition).
+        bias_order: where the bias enters (:class:`BiasOrder`).
 
     Returns:
         A tensor of ``acc``'s shape and ``out_dtype`` on ``acc``'s device. NaN accumulators or
@@ -71,7 +99,9 @@ def epilogue(
     Raises:
         TypeError: ``acc`` is not a float32 tensor, or a scale is not a float32 tensor (Python
             numbers are refused: pass ``torch.tensor(x, dtype=torch.float32)``).
-        ValueError: a scale with more than one element, or an ``out_dtype`` no FP8 GEMM produces.
+        ValueError: a scale with more than one element, an ``out_dtype`` no FP8 GEMM produces, or a
+            bias that is not a bf16 or fp16 vector of ``acc.shape[-1]`` elements, or one with an
+            fp32 or FP8 output.
         UnsupportedFeatureError: an argument requires grad with grad mode on (inference only).
         MmaemuError: ``acc`` is on the CPU and the CPU flushes subnormals to zero (for example
             after ``torch.set_flush_denormal(True)``), which would change the rounding to fp32.
@@ -97,10 +127,19 @@ def epilogue(
     sr = None if scale_result is None else _scalar_fp32(scale_result, "scale_result", device).to(torch.float64)
     if device.type == "cpu":
         check_cpu_subnormals()  # MmaemuError under flush-to-zero: the fp32 rounding needs subnormals
+    b32 = None if bias is None else _bias_fp32(bias, acc, fmt.fp8 is None and out_dtype != torch.float32)
     alpha = (sa * sb).to(torch.float32)  # exact product, one rounding to fp32
     # fma(acc, alpha, +0): the float64 product is exact (24 x 24 bits, no float64 underflow);
     # adding +0.0 turns only an exactly-zero product into +0; then one rounding to fp32.
-    y = (acc.to(torch.float64) * alpha.to(torch.float64) + 0.0).to(torch.float32)
+    product = acc.to(torch.float64) * alpha.to(torch.float64)
+    if b32 is None:
+        y = (product + 0.0).to(torch.float32)
+    elif bias_order is BiasOrder.AFTER_SCALE:
+        y = ((product + 0.0).to(torch.float32).to(torch.float64) + b32.to(torch.float64)).to(torch.float32)
+    elif bias_order is BiasOrder.FUSED:
+        y = _round_sum_to_fp32(product, b32.to(torch.float64).expand_as(product))
+    else:
+        raise TypeError(f"bias_order must be a BiasOrder, got {bias_order!r}")
     nan = torch.isnan(y)
     fp8 = fmt.fp8
     if fp8 is not None:
@@ -112,3 +151,34 @@ def epilogue(
     else:
         out = y.to(fmt.dtype)
     return out_format_of(out.dtype).write_nan(out, nan)
+
+
+def _bias_fp32(bias: object, acc: torch.Tensor, output_takes_bias: bool) -> torch.Tensor:
+    """The bias as fp32 (exact from bf16 or fp16) on ``acc``'s device, checked."""
+    if not isinstance(bias, torch.Tensor):
+        raise TypeError(f"bias must be a tensor or None, got {type(bias).__name__}")
+    if not output_takes_bias:
+        raise ValueError("bias with an fp32 or FP8 output: torch 2.7.1 refuses fp32 outputs with a bias, and where "
+                         "cuBLASLt adds a bias to an FP8 output (before or after scale_result) is not recorded")
+    n = acc.shape[-1] if acc.dim() else 1
+    if bias.dtype not in (torch.bfloat16, torch.float16) or bias.dim() != 1 or bias.numel() != n:
+        raise ValueError(f"bias must be a bf16 or fp16 vector of {n} elements (one per output column), got "
+                         f"{bias.dtype} of shape {tuple(bias.shape)}")
+    return bias.detach().to(device=acc.device, dtype=torch.float32)
+
+
+def _round_sum_to_fp32(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """``x + y`` (float64 values, each exact) rounded once to fp32, without double rounding.
+
+    The float64 sum is rounded to odd (a TwoSum gives the exact error; an inexact sum with an even
+    last bit moves one ulp toward the error), and rounding a round-to-odd value with 53 bits to 24
+    bits equals rounding the exact sum (53 >= 24 + 2). An exact zero sum is +0 unless both are -0.
+    """
+    s = x + y
+    bb = s - x
+    err = (x - (s - bb)) + (y - bb)  # TwoSum: x + y == s + err exactly (finite values)
+    bits = s.view(torch.int64)
+    inexact = (err != 0) & torch.isfinite(s) & ((bits & 1) == 0)
+    toward = torch.where(err > 0, torch.full_like(s, float("inf")), torch.full_like(s, float("-inf")))
+    odd = torch.where(inexact, torch.nextafter(s, toward), s)
+    return odd.to(torch.float32)

@@ -13,6 +13,7 @@ __all__ = [
     "SplitKUnknownError",
     "UnsupportedFeatureError",
     "ReferenceRejectsError",
+    "ReferenceRejectsValueError",
     "BackendUnavailableError",
     "RecordingDamagedError",
     "RecordUnavailableError",
@@ -21,6 +22,7 @@ __all__ = [
     "UnverifiedSplitWarning",
     "UnvalidatedEnvelopeWarning",
     "ExperimentalPresetWarning",
+    "UnverifiedEpilogueWarning",
 ]
 
 
@@ -42,6 +44,11 @@ class UnsupportedFeatureError(MmaemuError):
 
 class ReferenceRejectsError(MmaemuError, RuntimeError):
     """torch or the reference platform's cuBLASLt rejects this call; the message is theirs."""
+
+
+class ReferenceRejectsValueError(ReferenceRejectsError, ValueError):
+    """A rejection that torch raises as a ``ValueError`` (``torch._check_value``, as in torch 2.13's
+    ``torch.nn.functional.scaled_mm``): also a ``ValueError``."""
 
 
 class BackendUnavailableError(MmaemuError):
@@ -77,3 +84,7 @@ class UnvalidatedEnvelopeWarning(MmaemuWarning):
 
 class ExperimentalPresetWarning(MmaemuWarning):
     """An experimental preset or profile is in use: its arithmetic is not validated on GEMMs."""
+
+
+class UnverifiedEpilogueWarning(MmaemuWarning):
+    """An epilogue step no hardware recording has decided (``bias=``: where cuBLASLt adds the bias)."""

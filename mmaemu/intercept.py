@@ -6,31 +6,38 @@
         y = model(x)          # each torch._scaled_mm inside returns the H100 PCIe's bits
     print(log)                # how many calls were emulated, by (M, N, K)
 
-Mechanism: a ``torch.overrides.TorchFunctionMode``. It sees each call of ``torch._scaled_mm`` and
-of ``torch.ops.aten._scaled_mm`` (``.default`` and ``.out``) made from Python while the block
-runs, in a function, a module or a library, binds the arguments as torch does, and returns
-:func:`mmaemu.scaled_mm` with the block's ``profile``, ``splitk`` and ``backend``. Every other
-torch function runs unchanged.
+Mechanism: a ``torch.utils._python_dispatch.TorchDispatchMode``. It sees every call of the aten
+operators ``_scaled_mm`` and ``_scaled_mm_v2`` (``.default`` and ``.out``) that the dispatcher runs
+while the block is active, whoever makes it: ``torch._scaled_mm`` and ``torch.nn.functional.scaled_mm``
+called from Python, in a function, a module or a library, C++ code that calls the operator, and tensor
+subclasses. A subclass's ``__torch_function__`` (torchao's ``Float8Tensor``) or ``__torch_dispatch__``
+(torchao's training tensor) unwraps its data and calls the operator on plain tensors, which the mode
+then sees: for any operator called with subclass arguments the mode steps aside (``NotImplemented``), so
+the subclass runs and its inner calls reach the mode. Each intercepted call's arguments are bound by the
+operator's schema and served by :func:`mmaemu.scaled_mm` (``_scaled_mm_v2``: by
+:func:`mmaemu.functional.scaled_mm_v2`) with the block's ``profile``, ``splitk`` and ``backend``. Every
+other operator runs unchanged. While a call is served the mode is off (torch pops it), so mmaemu's own
+arithmetic is not intercepted.
 
-Calls mmaemu cannot serve (bias, row-wise or block-wise scales, inputs requiring grad; and
-``torch._scaled_mm_v2``, which ``torch.nn.functional.scaled_mm`` calls in newer torch) raise
-:class:`~mmaemu.UnsupportedFeatureError`, or with ``fallback="native"`` run natively and are
-counted in ``log.native``. Calls the reference platform rejects raise
+Calls mmaemu cannot serve (row-wise or block-wise scales, ``_scaled_mm_v2`` recipes other than
+tensor-wise on both operands, a bias with an FP8 output, inputs requiring grad) raise
+:class:`~mmaemu.UnsupportedFeatureError`, or with ``fallback="native"`` run natively and are counted in
+``log.native``. A bias with a bf16 or fp16 output is served, experimentally, and warns
+(:class:`~mmaemu.UnverifiedEpilogueWarning`). Calls the reference platform rejects raise
 :class:`~mmaemu.ReferenceRejectsError` and shapes no evidence decides raise
 :class:`~mmaemu.SplitKUnknownError` whatever ``fallback`` says: a native result there would not be
 the reference platform's.
 
-Not intercepted: GEMMs that never reach ``torch._scaled_mm`` from Python, such as Transformer
-Engine's (it calls cuBLASLt from C++: replace its modules with :class:`mmaemu.nn.EmulatedFP8Linear`
-instead), calls made from C++ or inside a tensor subclass's ``__torch_dispatch__``, and code
-compiled by ``torch.compile`` (use :class:`~mmaemu.nn.EmulatedFP8Linear` or
-:func:`mmaemu.ops.scaled_mm` there).
+Not intercepted: GEMMs that never reach these operators, such as Transformer Engine's (it calls
+cuBLASLt from C++: replace its modules with :class:`mmaemu.nn.EmulatedFP8Linear` instead), and code
+compiled by ``torch.compile`` (its kernels do not go through the Python dispatcher: use
+:class:`~mmaemu.nn.EmulatedFP8Linear` or :func:`mmaemu.ops.scaled_mm` there).
 
-Threads: torch keeps its stack of function modes per thread, so ``emulate()`` affects only the
+Threads: torch keeps its stack of dispatch modes per thread, so ``emulate()`` affects only the
 thread that entered it; other threads (a data loader, a thread pool started inside the block)
-keep calling the native ``torch._scaled_mm``. Each thread that needs emulation enters its own
+keep calling the native operators. Each thread that needs emulation enters its own
 ``emulate()``; one ``emulate`` object must not be entered by two threads at once. On exit,
-normal or by an exception, the mode is removed and ``torch._scaled_mm`` is native again.
+normal or by an exception, the mode is removed and the operators are native again.
 """
 
 from __future__ import annotations
@@ -42,9 +49,9 @@ from types import TracebackType
 from typing import Any, Callable
 
 import torch
-from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
 
-from . import call
+from . import call, functional
 from .accumulation import SplitKSpec, parse_splitk
 from .backends import Backend, parse_backend
 from .errors import UnsupportedFeatureError
@@ -54,11 +61,6 @@ __all__ = ["emulate", "EmulationLog", "Fallback", "Shape"]
 
 #: ``(M, N, K)`` of a call.
 Shape = tuple[int, int, int]
-
-#: torch._scaled_mm's parameters, in order (torch names the first one ``input``; aten ``self``).
-_PARAMS = ("mat1", "mat2", "scale_a", "scale_b", "bias", "scale_result", "out_dtype", "use_fast_accum")
-_ALIASES = {"input": "mat1", "self": "mat1"}
-
 
 class Fallback(enum.Enum):
     """What :func:`emulate` does with a call mmaemu cannot serve."""
@@ -73,16 +75,13 @@ class _Kind(enum.Enum):
 
 
 def _intercepted() -> dict[Any, _Kind]:
+    """The aten overloads the mode serves (``_scaled_mm_v2`` only where torch has it)."""
     table: dict[Any, _Kind] = {}
-    aten = torch.ops.aten
     for kind, name in ((_Kind.SCALED_MM, "_scaled_mm"), (_Kind.SCALED_MM_V2, "_scaled_mm_v2")):
-        if hasattr(torch, name):
-            table[getattr(torch, name)] = kind
         try:
-            packet = getattr(aten, name)
+            packet = getattr(torch.ops.aten, name)
         except (AttributeError, RuntimeError):
             continue
-        table[packet] = kind
         for overload in packet.overloads():
             table[getattr(packet, overload)] = kind
     return table
@@ -130,59 +129,69 @@ class EmulationLog:
 
 
 def _shape(args: dict[str, Any]) -> Shape:
-    a, b = args.get("mat1"), args.get("mat2")
+    a, b = args.get("self"), args.get("mat2")
     if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dim() == 2 and b.dim() == 2:
         return (int(a.shape[0]), int(b.shape[1]), int(a.shape[1]))
     return (-1, -1, -1)
 
 
-def _bind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-    """torch._scaled_mm's arguments by mmaemu's parameter names (``out`` included)."""
-    if len(args) > len(_PARAMS):
-        raise TypeError(f"_scaled_mm() takes at most {len(_PARAMS)} positional arguments ({len(args)} given)")
-    bound = dict(zip(_PARAMS, args))
-    for key, value in kwargs.items():
-        name = _ALIASES.get(key, key)
-        if name not in _PARAMS and name != "out":
-            raise TypeError(f"_scaled_mm() got an unexpected keyword argument '{key}'")
-        if name in bound:
-            raise TypeError(f"_scaled_mm() got multiple values for argument '{key}'")
-        bound[name] = value
+def _bind(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """An aten call's arguments by the names of its schema (defaults filled in, ``out`` included)."""
+    bound: dict[str, Any] = {}
+    for i, arg in enumerate(func._schema.arguments):
+        if i < len(args):
+            bound[arg.name] = args[i]
+        elif arg.name in kwargs:
+            bound[arg.name] = kwargs[arg.name]
+        elif arg.has_default_value():
+            bound[arg.name] = arg.default_value
     return bound
 
 
-class _ScaledMmMode(TorchFunctionMode):
-    """The function mode behind :class:`emulate` (one per entered block)."""
+def _is_subclass(types: Any) -> bool:
+    return any(t is not torch.Tensor and t is not torch.nn.Parameter for t in types)
+
+
+class _ScaledMmMode(TorchDispatchMode):
+    """The dispatch mode behind :class:`emulate` (one per entered block)."""
 
     def __init__(self, owner: emulate, log: EmulationLog) -> None:
         super().__init__()
         self.owner = owner
         self.log = log
 
-    def __torch_function__(
+    def __torch_dispatch__(
         self,
-        func: Callable[..., Any],
+        func: Any,
         types: Any,
         args: tuple[Any, ...] = (),
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
         kwargs = kwargs or {}
-        try:
-            kind = _INTERCEPTED.get(func)
-        except TypeError:  # an unhashable callable: not ours
-            kind = None
+        if _is_subclass(types):
+            return NotImplemented  # the subclass runs; the plain-tensor calls it makes come back here
+        kind = _INTERCEPTED.get(func)
         if kind is None:
             return func(*args, **kwargs)
-        if kind is _Kind.SCALED_MM_V2:
-            reason = "torch._scaled_mm_v2 (torch.nn.functional.scaled_mm) is not modelled"
-            return self._native(func, args, kwargs, (-1, -1, -1), UnsupportedFeatureError(reason))
-        bound = _bind(args, kwargs)
+        bound = _bind(func, args, kwargs)
+        shape = _shape(bound)
         owner = self.owner
+        options: dict[str, Any] = {"profile": owner.profile, "splitk": owner.splitk, "backend": owner.backend,
+                                   "out": bound.get("out")}
         try:
-            result = call.scaled_mm(**bound, profile=owner.profile, splitk=owner.splitk, backend=owner.backend)
+            if kind is _Kind.SCALED_MM:
+                result = call.scaled_mm(bound["self"], bound["mat2"], bound["scale_a"], bound["scale_b"],
+                                        bound.get("bias"), bound.get("scale_result"), bound.get("out_dtype"),
+                                        bool(bound.get("use_fast_accum", False)), **options)
+            else:
+                result = functional.scaled_mm_v2(
+                    bound["self"], bound["mat2"], bound["scale_a"], bound["recipe_a"], bound["scale_b"],
+                    bound["recipe_b"], bound.get("swizzle_a"), bound.get("swizzle_b"), bound.get("bias"),
+                    bound.get("out_dtype"), bound.get("contraction_dim", ()), bool(bound.get("use_fast_accum", False)),
+                    **options)
         except UnsupportedFeatureError as exc:
-            return self._native(func, args, kwargs, _shape(bound), exc)
-        self.log.served[_shape(bound)] += 1
+            return self._native(func, args, kwargs, shape, exc)
+        self.log.served[shape] += 1
         return result
 
     def _native(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], shape: Shape,
@@ -196,7 +205,11 @@ class _ScaledMmMode(TorchFunctionMode):
 
 
 class emulate:  # noqa: N801 - used like a function: ``with mmaemu.emulate(...) as log``
-    """Context manager: every ``torch._scaled_mm`` call in the block returns the profile's bits.
+    """Context manager: every FP8 GEMM call in the block returns the profile's bits.
+
+    ``torch._scaled_mm``, ``torch.nn.functional.scaled_mm`` (tensor-wise scales) and the aten
+    operators behind them, from any caller, tensor subclasses such as torchao's included
+    (:mod:`mmaemu.intercept`).
 
     Args:
         profile: reference platform (default: ``MMAEMU_PROFILE`` or ``"hopper"``), resolved when

@@ -34,7 +34,10 @@ __all__ = [
 ]
 
 class Maturity(enum.Enum):
-    """How far hardware recordings back a preset or profile."""
+    """How far hardware recordings back a preset or profile (``str()`` gives the value)."""
+
+    def __str__(self) -> str:
+        return str(self.value)
 
     VALIDATED = "validated"
     EXPERIMENTAL = "experimental"

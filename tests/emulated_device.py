@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 import mmaemu
+from mmaemu.epilogue import BiasOrder
 from mmaemu.platforms.cublaslt import HeuristicQuery, HeuristicResult
 from mmaemu.formats import Fp8Format, OutFormat, fp8_format_of
 from mmaemu.presets import Preset
@@ -38,14 +39,16 @@ class EmulatedDevice:
 
     Heuristic (synthetic): no split without a workspace; else S = min(4, K // 2048) when K >= 4096 and
     M * N <= 8192, else 1; customOption 1 (pairwise on the round-robin family) for S = 3, else 0.
-    E4M3 x E4M3 -> E5M2 is rejected. Outputs: ``mmaemu.scaled_mm`` under ``preset`` with that split.
+    E4M3 x E4M3 -> E5M2 is rejected. Outputs: ``mmaemu.scaled_mm`` under ``preset`` with that split (and, for
+    biased calls, ``bias_order``).
     """
 
-    def __init__(self, base: str = "hopper", preset: Preset | None = None, torch_workspace: int = 1 << 20) -> None:
+    def __init__(self, base: str = "hopper", preset: Preset | None = None, torch_workspace: int = 1 << 20,
+                 bias_order: BiasOrder = BiasOrder.AFTER_SCALE) -> None:
         profile = get_profile(base)
         self.family = profile.split_family
         self.profile: Profile = dataclasses.replace(profile, name="emulated-device", preset=preset or profile.preset,
-                                                    table_id=None)
+                                                    table_id=None, bias_order=bias_order)
         self.torch_workspace = torch_workspace
         self.base = base
 
@@ -76,11 +79,12 @@ class EmulatedDevice:
         return (s, "pairwise" if s == 3 else "serial")
 
     def scaled_mm(self, a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
-                  scale_result: torch.Tensor | None, out_dtype: torch.dtype, fast: bool) -> torch.Tensor:
+                  scale_result: torch.Tensor | None, out_dtype: torch.dtype, fast: bool,
+                  bias: torch.Tensor | None = None) -> torch.Tensor:
         fp8_format_of(a.dtype)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", mmaemu.MmaemuWarning)
-            return mmaemu.scaled_mm(a, b.t(), scale_a, scale_b, scale_result=scale_result, out_dtype=out_dtype,
+            return mmaemu.scaled_mm(a, b.t(), scale_a, scale_b, bias, scale_result=scale_result, out_dtype=out_dtype,
                                     use_fast_accum=fast, profile=self.profile,
                                     splitk=self.split_of(a.shape[0], b.shape[0], a.shape[1]))
 

@@ -622,6 +622,50 @@ def epilogue(acc_bits: int, scale_a_bits: int, scale_b_bits: int, out_dtype: str
     return encode_rne(z, out_dtype, overflow="saturate")
 
 
+def _fma_exact(x: tuple, y: tuple, z: tuple) -> tuple:
+    """Exact value of fma(x, y, z) before its one rounding (IEEE, round to nearest): NaN operands, inf * 0
+    and inf - inf give NaN; an exactly zero sum is -0 only when the product and z are both -0."""
+    p = _mul_exact(x, y)
+    if p[0] == "nan" or z[0] == "nan":
+        return ("nan", 0, Fraction(0))
+    if p[0] == "inf" and z[0] == "inf":
+        return ("nan", 0, Fraction(0)) if p[1] != z[1] else p
+    if p[0] == "inf" or z[0] == "inf":
+        return p if p[0] == "inf" else z
+    s = _signed(p) + _signed(z)
+    if s == 0:
+        both_minus_zero = p[2] == 0 and z[2] == 0 and p[1] == 1 and z[1] == 1
+        return ("fin", 1 if both_minus_zero else 0, Fraction(0))
+    return ("fin", 1 if s < 0 else 0, abs(s))
+
+
+def epilogue_bias(acc_bits: int, scale_a_bits: int, scale_b_bits: int, out_dtype: str, bias_bits: int,
+                  order: str) -> int:
+    """The two candidate epilogues with a bias (docs: mmaemu.epilogue, [Note: bias]); bf16/fp16 outputs only.
+
+    The bias is a bf16 or fp16 bit pattern of ``out_dtype``'s format (exactly an fp32 value).
+    ``order='after-scale'``: y = RN32(RN32(fma(acc, alpha, +0)) + bias), an fp32 addition.
+    ``order='fused'``: y = RN32(acc * alpha + bias), one rounding of the exact fma.
+    Then RNE to the output from the fp32 y; NaN -> the output's canonical NaN.
+    """
+    if out_dtype not in ("bfloat16", "float16"):
+        raise ValueError("a bias takes a bf16 or fp16 output")
+    acc = f32_value(acc_bits)
+    alpha = f32_value(fp32_mul_bits(scale_a_bits, scale_b_bits))
+    bias = decode(bias_bits, _fmt(out_dtype))
+    bias32 = f32_bits_from_value(bias)
+    if order == "after-scale":
+        y_bits = fp32_add_bits(f32_bits_from_value(_fma_plus_zero(acc, alpha)), bias32)
+    elif order == "fused":
+        y_bits = f32_bits_from_value(_fma_exact(acc, alpha, f32_value(bias32)))
+    else:
+        raise ValueError(f"unknown order {order!r}")
+    y = f32_value(y_bits)
+    if y[0] == "nan":
+        return CANONICAL_NAN[out_dtype]
+    return encode_rne(y, out_dtype, overflow="inf")
+
+
 def gemm_output(a_row_codes, b_row_codes, fmt_a, fmt_b, block_size, frac_bits, fast, splits,
                 scheme, scale_a_bits, scale_b_bits, out_dtype, scale_result_bits=None) -> int:
     """One output element: N3's NaN rule first (any NaN code in the A row or the B row -> the

@@ -13,7 +13,7 @@ from mmaemu.cli import main
 def test_explain_quickstart_shape(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["explain", "64", "5760", "1920", "--out", "bf16", "--fast"]) == 0
     out = capsys.readouterr().out
-    assert "validation='ok'" in out and "parts=1" in out and "source='table'" in out
+    assert "runs:       yes" in out and "S = 1, none, from table" in out and "validated:  yes" in out
 
 
 def test_explain_unknown_split_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
@@ -23,7 +23,7 @@ def test_explain_unknown_split_exits_1(capsys: pytest.CaptureFixture[str]) -> No
 
 def test_explain_ada_split_and_rejection(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["explain", "16", "128", "8192", "--profile", "ada", "--fast"]) == 0
-    assert "parts=8, scheme='pairwise'" in capsys.readouterr().out
+    assert "S = 8, pairwise" in capsys.readouterr().out
     assert main(["explain", "64", "5760", "1920", "--out", "e5m2", "--fast"]) == 1
     assert "CUBLAS_STATUS_NOT_SUPPORTED" in capsys.readouterr().out
 

@@ -150,7 +150,10 @@ ROWS = [
     Row("mat1-offset-8", lambda: base(mat1=offset_mat1(8)), RR, "cublasLtMatmul .*mat2_ld 32"),
     Row("mat2-leading-dim-33", lambda: base(mat2=mat(16, 33)[:, :32].t()), RR, "cublasLtMatmul .*mat1_ld 33"),
     # --- refusals of what mmaemu does not model ----------------------------------------------------
-    Row("bias-valid-keyword", lambda: base(bias=torch.zeros(16, dtype=torch.bfloat16)), UF, "bias is not modelled"),
+    Row("bias-valid-keyword", lambda: base(bias=torch.zeros(16, dtype=torch.bfloat16)), check=equals(32.0),
+        warns=mmaemu.UnverifiedEpilogueWarning),
+    Row("bias-fp8-output", lambda: base(bias=torch.zeros(16, dtype=torch.bfloat16), out_dtype=E4), UF,
+        "bias with an FP8 output is not modelled"),
     Row("rowwise-bf16", lambda: base(scale_a=torch.ones(16, 1), scale_b=torch.ones(1, 16)), UF, "row-wise scales are not modelled"),
     Row("requires-grad", lambda: base(scale_a=one().requires_grad_()), UF, "scale_a require grad"),
     Row("flush-to-zero", lambda: base(), mmaemu.MmaemuError, "flushes subnormal", setup=ftz_on),

@@ -106,19 +106,35 @@ def test_unservable_calls_raise_or_run_natively(operands: tuple[torch.Tensor, ..
     bias = torch.ones(N, dtype=torch.bfloat16)
     row_a, row_b = torch.full((M, 1), 1 / 64), torch.full((1, N), 1 / 32)
     with mmaemu.emulate():
-        with pytest.raises(mmaemu.UnsupportedFeatureError, match="bias"):
-            torch._scaled_mm(a, b.t(), sa, sb, bias, out_dtype=torch.bfloat16)
+        with pytest.raises(mmaemu.UnsupportedFeatureError, match="bias with an FP8 output"):
+            torch._scaled_mm(a, b.t(), sa, sb, bias, out_dtype=torch.float8_e4m3fn)
         with pytest.raises(mmaemu.UnsupportedFeatureError, match="row-wise"):
             torch._scaled_mm(a, b.t(), row_a, row_b, out_dtype=torch.bfloat16)
     with mmaemu.emulate(fallback="native") as log:
-        with_bias = torch._scaled_mm(a, b.t(), sa, sb, bias, out_dtype=torch.bfloat16)
+        fp8_bias = torch._scaled_mm(a, b.t(), sa, sb, bias, out_dtype=torch.float8_e4m3fn)
         row_wise = torch._scaled_mm(a, b.t(), row_a, row_b, out_dtype=torch.bfloat16)
         served = _native(a, b, sa, sb)
-    assert_bitwise_equal(with_bias, torch._scaled_mm(a, b.t(), sa, sb, bias, out_dtype=torch.bfloat16))
+    assert_bitwise_equal(fp8_bias, torch._scaled_mm(a, b.t(), sa, sb, bias, out_dtype=torch.float8_e4m3fn))
     assert_bitwise_equal(row_wise, torch._scaled_mm(a, b.t(), row_a, row_b, out_dtype=torch.bfloat16))
     assert_bitwise_equal(served, _expected(a, b, sa, sb))
     assert log.native == {(M, N, K): 2} and log.served == {(M, N, K): 1}
     assert sum(log.reasons.values()) == 2 and "native" in str(log)
+
+
+def test_a_bias_is_served_and_warned(operands: tuple[torch.Tensor, ...]) -> None:
+    """Issue 25: old code raised for every bias; now a bf16 or fp16 bias is the experimental epilogue, warned on
+    every call (UnverifiedEpilogueWarning), with mmaemu.scaled_mm's bits."""
+    a, b, sa, sb = operands
+    bias = (torch.randn(N, generator=torch.Generator().manual_seed(3)) * 100).to(torch.bfloat16)
+    with pytest.warns(mmaemu.UnverifiedEpilogueWarning):
+        want = mmaemu.scaled_mm(a, b.t(), sa, sb, bias, out_dtype=torch.bfloat16, use_fast_accum=True)
+    with mmaemu.emulate() as log:
+        for _ in range(2):
+            with pytest.warns(mmaemu.UnverifiedEpilogueWarning, match="bias= is experimental"):
+                got = torch._scaled_mm(a, b.t(), sa, sb, bias=bias, out_dtype=torch.bfloat16, use_fast_accum=True)
+            assert_bitwise_equal(got, want)
+    assert log.served_calls == 2
+    assert not bitwise_diff(want, _expected(a, b, sa, sb)).equal  # the bias took part
 
 
 def test_undecided_splits_raise_even_with_native_fallback() -> None:
@@ -135,25 +151,30 @@ def test_undecided_splits_raise_even_with_native_fallback() -> None:
 
 
 @pytest.mark.skipif(not hasattr(torch, "_scaled_mm_v2"), reason="torch without _scaled_mm_v2")
-def test_scaled_mm_v2_is_not_served(operands: tuple[torch.Tensor, ...]) -> None:
+def test_the_public_scaled_mm_is_served_with_tensor_wise_scales(operands: tuple[torch.Tensor, ...]) -> None:
+    """Issue 25: old code refused torch.nn.functional.scaled_mm (torch._scaled_mm_v2) outright."""
     a, b, sa, sb = operands
     F = torch.nn.functional
     tensorwise = F.ScalingType.TensorWise
-
-    def call() -> torch.Tensor:
-        return F.scaled_mm(a, b.t(), sa, tensorwise, sb, tensorwise, output_dtype=torch.bfloat16)
-
-    with mmaemu.emulate():
-        with pytest.raises(mmaemu.UnsupportedFeatureError, match="_scaled_mm_v2"):
-            call()
+    with mmaemu.emulate() as log:
+        got = F.scaled_mm(a, b.t(), sa, tensorwise, sb, tensorwise, output_dtype=torch.bfloat16, use_fast_accum=True)
+        as_lists = torch._scaled_mm_v2(a, b.t(), [sa], [0], [], [sb], [0], [], None, torch.bfloat16, [], True)
+        with pytest.raises(mmaemu.UnsupportedFeatureError, match="RowWise"):
+            F.scaled_mm(a, b.t(), torch.full((M, 1), 1 / 64), F.ScalingType.RowWise, torch.full((1, N), 1 / 32),
+                        F.ScalingType.RowWise)
+    assert_bitwise_equal(got, _expected(a, b, sa, sb))
+    assert_bitwise_equal(as_lists, got)
+    assert log.served == {(M, N, K): 2} and log.native_calls == 0
+    assert not bitwise_diff(got, F.scaled_mm(a, b.t(), sa, tensorwise, sb, tensorwise, output_dtype=torch.bfloat16,
+                                            use_fast_accum=True)).equal  # the native CPU result differs
     with mmaemu.emulate(fallback="native") as log:
-        got = call()
-    assert_bitwise_equal(got, call())
-    assert log.native_calls == 1 and log.served_calls == 0
+        F.scaled_mm(a, b.t(), torch.full((M, 1), 1 / 64), F.ScalingType.RowWise, torch.full((1, N), 1 / 32),
+                    F.ScalingType.RowWise)
+    assert log.native_calls == 1 and "RowWise" in next(iter(log.reasons))
 
 
 def test_other_threads_are_not_affected(operands: tuple[torch.Tensor, ...]) -> None:
-    """torch keeps function modes per thread: only the entering thread is emulated (documented)."""
+    """torch keeps dispatch modes per thread: only the entering thread is emulated (documented)."""
     a, b, sa, sb = operands
     results: dict[str, torch.Tensor] = {}
 

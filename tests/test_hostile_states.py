@@ -290,9 +290,9 @@ def refusal_class(result: Any) -> str | None:
         return None if result.ok else result.validation[0]
     if isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], int) and result[0] != 0:
         text = result[1]
-        marker = "validation=("
+        marker = "runs:       no, "  # the CLI prints the plan's readable form (str(CallPlan))
         if marker in text:
-            return text.split(marker, 1)[1].split(",", 1)[0].strip("'\"")
+            return text.split(marker, 1)[1].split(":", 1)[0].strip()
     return None
 
 

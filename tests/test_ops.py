@@ -63,8 +63,8 @@ def test_operator_resolves_the_default_profile_when_it_runs(monkeypatch: pytest.
 
 def test_operator_raises_what_scaled_mm_raises() -> None:
     a, b, sa, sb = _operands(16, 48, 256)
-    with pytest.raises(mmaemu.UnsupportedFeatureError, match="bias"):
-        ops.scaled_mm(a, b.t(), sa, sb, torch.zeros(48, dtype=torch.bfloat16), out_dtype=torch.bfloat16, splitk=1)
+    with pytest.raises(mmaemu.UnsupportedFeatureError, match="bias with an FP8 output"):
+        ops.scaled_mm(a, b.t(), sa, sb, torch.zeros(48, dtype=torch.bfloat16), out_dtype=torch.float8_e4m3fn, splitk=1)
     with pytest.raises(mmaemu.ReferenceRejectsError, match="column-major"):
         ops.scaled_mm(a, b.t().contiguous(), sa, sb, out_dtype=torch.bfloat16, splitk=1)
     with pytest.raises(mmaemu.SplitKUnknownError):

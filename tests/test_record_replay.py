@@ -229,3 +229,24 @@ def test_budget_stops_cleanly_and_the_partial_recording_replays(tmp_path: Path) 
 def test_recording_directory_must_be_new(recorded: Path) -> None:
     with pytest.raises(FileExistsError):
         record(recorded, budget_minutes=1, grid=TINY_GRID, device=EmulatedDevice(), progress=None)
+
+
+def test_the_bias_probes_decide_the_bias_order(recorded: Path, tmp_path: Path) -> None:
+    """Plumbing (issue 25): the recorder's bias probes tell the two candidate epilogues apart. The emulated GPU of
+    the shared recording computes 'after-scale'; one recorded here computes 'fused'; each verdict names its own, the
+    profile built from it carries it, and its biased calls no longer warn as unverified."""
+    from mmaemu.epilogue import BiasOrder
+    from mmaemu.recording.probes import verdict_from_recording
+
+    after = verdict_from_recording(Recording.open(recorded))
+    assert after.bias_probes == 6 and after.bias_orders == (BiasOrder.AFTER_SCALE,) and after.fits
+    path = tmp_path / "fused"
+    record(path, budget_minutes=30, grid=TINY_GRID, device=EmulatedDevice("hopper", bias_order=BiasOrder.FUSED),
+           progress=None)
+    report = replay(path)
+    assert report.passed, report.summary()
+    assert "bias order fused" in report.probes["summary"]
+    profile = profile_from_recording(path, name="emulated-fused")
+    assert profile.bias_order is BiasOrder.FUSED and profile.evidence is not None
+    assert profile.evidence["bias_order"] == "fused"
+    assert profile_from_recording(recorded, name="emulated-after").bias_order is BiasOrder.AFTER_SCALE

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..accumulation import Scheme
+from ..epilogue import BiasOrder
 from ..errors import ExperimentalPresetWarning
 from ..presets import ADA, B200_MMA_SYNC, HOPPER, Maturity, Preset
 from .table import USER_TABLES, WS_BYTES, SplitTable, register_table
@@ -72,6 +73,9 @@ class Profile:
         table_id: the split-K table recorded on this platform (None: no table).
         source: where these numbers come from.
         evidence: for a profile built from a recording (:func:`mmaemu.recording.profile.profile_from_recording`), what its replay proved.
+        bias_order: where this platform's epilogue adds a bias, when a recording's bias probes decided it;
+            None (every shipped profile): not recorded, so a biased call runs the default candidate
+            (:class:`~mmaemu.epilogue.BiasOrder`) with an :class:`~mmaemu.errors.UnverifiedEpilogueWarning`.
     """
 
     name: str
@@ -87,6 +91,7 @@ class Profile:
     table_id: str | None
     source: str
     evidence: dict[str, Any] | None = field(default=None, compare=False, repr=False)
+    bias_order: BiasOrder | None = None
 
     def __post_init__(self) -> None:
         if self.sm_count <= 0:

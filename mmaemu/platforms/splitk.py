@@ -67,7 +67,10 @@ class Problem:
 
 
 class SplitSource(str, enum.Enum):
-    """What decided a split-K decision (a string enum: ``SplitSource.TABLE == "table"``)."""
+    """What decided a split-K decision (a string enum: ``SplitSource.TABLE == "table"``, printed as its value)."""
+
+    def __str__(self) -> str:
+        return str(self.value)
 
     EXPLICIT = "explicit"
     TABLE = "table"
@@ -97,8 +100,13 @@ class SplitDecision:
     note: str
 
     def __repr__(self) -> str:
-        return (f"SplitDecision(parts={self.parts}, scheme={self.scheme.value!r}, source={self.source.value!r}, "
+        return (f"SplitDecision(S={self.parts}, scheme={self.scheme.value!r}, source={self.source.value!r}, "
                 f"verified={self.verified}, table_id={self.table_id!r}, note={self.note!r})")
+
+    @property
+    def S(self) -> int:  # noqa: N802 - the seeds' name for the number of parts
+        """The number of K parts (1: unsplit); the same as :attr:`parts`."""
+        return self.parts
 
     @property
     def split(self) -> SplitK:

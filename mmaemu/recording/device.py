@@ -35,7 +35,8 @@ class Device(Protocol):
         ...
 
     def scaled_mm(self, a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
-                  scale_result: torch.Tensor | None, out_dtype: torch.dtype, fast: bool) -> torch.Tensor:
+                  scale_result: torch.Tensor | None, out_dtype: torch.dtype, fast: bool,
+                  bias: torch.Tensor | None = None) -> torch.Tensor:
         """``torch._scaled_mm(a, b.t(), ...)`` on the device; the result on the CPU."""
         ...
 
@@ -111,11 +112,13 @@ class CudaDevice:
         return self._lt.query(q)
 
     def scaled_mm(self, a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
-                  scale_result: torch.Tensor | None, out_dtype: torch.dtype, fast: bool) -> torch.Tensor:
+                  scale_result: torch.Tensor | None, out_dtype: torch.dtype, fast: bool,
+                  bias: torch.Tensor | None = None) -> torch.Tensor:
         """Run ``torch._scaled_mm`` on the GPU (synchronised) and return the output on the CPU."""
         dev = f"cuda:{self.device}"
         out = torch._scaled_mm(
             a.to(dev), b.to(dev).t(), scale_a=scale_a.to(dev), scale_b=scale_b.to(dev),
+            bias=None if bias is None else bias.to(dev),
             scale_result=None if scale_result is None else scale_result.to(dev), out_dtype=out_dtype,
             use_fast_accum=fast,
         )

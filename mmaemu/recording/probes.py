@@ -30,6 +30,7 @@ candidate that fits outside them, or says that none fits.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import enum
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -47,11 +48,12 @@ from ..accumulation import (
     plan_accumulation,
 )
 from ..backends import reference
-from ..epilogue import epilogue
+from ..epilogue import BiasOrder, epilogue
 from ..errors import RecordingDamagedError
 from ..formats import Fp8Format
-from ..platforms.profiles import SplitFamily
+from ..platforms.profiles import SplitFamily, get_profile
 from ..presets import ADA, B200_MMA_SYNC, HOPPER, CMode, Maturity, Preset, Rounding
+from .bias import BiasResult, bias_results, fitting_orders
 from .format import Recording
 
 __all__ = [
@@ -338,8 +340,10 @@ class ProbeVerdict:
         custom_schemes: customOption -> schemes seen to fit it.
         notes: probes that could not be used, and why.
         fits: whether a preset, the emulator's slow interval (128) and (when split probes ran) a
-            split family all fit.
+            split family all fit (and, when bias probes ran, at least one bias order).
         summary: one line.
+        bias_probes: how many bias probes were recorded (:mod:`mmaemu.recording.bias`).
+        bias_orders: the bias orders that reproduce every bias probe under the preset.
     """
 
     candidates_tested: int
@@ -353,6 +357,13 @@ class ProbeVerdict:
     notes: tuple[str, ...]
     fits: bool
     summary: str
+    bias_probes: int = 0
+    bias_orders: tuple[BiasOrder, ...] = ()
+
+    @property
+    def bias_order(self) -> BiasOrder | None:
+        """The bias order the bias probes decide (exactly one fits), else None."""
+        return self.bias_orders[0] if len(self.bias_orders) == 1 else None
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-able dict."""
@@ -368,6 +379,8 @@ class ProbeVerdict:
             "notes": list(self.notes),
             "fits": self.fits,
             "summary": self.summary,
+            "bias_probes": self.bias_probes,
+            "bias_orders": [o.value for o in self.bias_orders],
         }
 
 
@@ -503,17 +516,28 @@ def results_from_document(doc: Mapping[str, Any], arrays: Mapping[str, np.ndarra
             stage or format, S or customOption outside a byte, an array of another shape or dtype).
     """
     probes = doc.get("probes", [])
-    if not isinstance(probes, list) or len(probes) > 1 << 14:
-        raise RecordingDamagedError("probes.json: field 'probes' is not a list of probes")
+    if not isinstance(probes, list) or len(probes) > _MAX_PROBES:
+        raise RecordingDamagedError(f"probes.json: field 'probes' is not a list of at most {_MAX_PROBES} probes")
     results = []
+    names: set[str] = set()
     for i, p in enumerate(probes):
         try:
             result = _probe_result(p, arrays)
+            if p["name"] in names:
+                raise ValueError(f"field 'name'={p['name']!r} repeats an earlier probe's")
+            names.add(p["name"])
         except (ValueError, KeyError, TypeError) as exc:
             raise RecordingDamagedError(f"probes.json: probe {i}: {exc}") from None
         if result is not None:
             results.append(result)
     return results
+
+
+#: The most probes a recording holds, and the most multiply-adds one probe's analysis may cost per
+#: candidate (rows x columns x K): the recorder's arithmetic and slow probes are 2**18, its split probes'
+#: compared corners 16 x 16 with K up to 2**20.
+_MAX_PROBES = 64
+_PROBE_COST = {"arithmetic": 1 << 20, "slow-interval": 1 << 20, "split": 1 << 28}
 
 
 _PROBE_INTS = {"m": (1, 1 << 21), "n": (1, 1 << 21), "k": (1, 1 << 21), "S": (1, 256), "custom": (0, 256)}
@@ -551,7 +575,10 @@ def _probe_result(p: Any, arrays: Mapping[str, np.ndarray]) -> ProbeResult | Non
         if arr.shape != shape or arr.dtype != dtype or not 0 < rows <= p["m"] or not 0 < cols <= p["n"]:
             raise ValueError(f"array {what}_{name} is {arr.dtype} {arr.shape}, not {np.dtype(dtype)} {shape} (within "
                              f"m = {p['m']}, n = {p['n']})")
-    if p.get("compared", [rows, cols]) != [rows, cols]:
+    if rows * cols * k > _PROBE_COST[stage.value]:
+        raise ValueError(f"{rows} x {cols} outputs of K = {k}: more work than a {stage.value} probe may take "
+                         f"({_PROBE_COST[stage.value]:,} multiply-adds per candidate)")
+    if p.get("compared") != [rows, cols]:
         raise ValueError(f"field 'compared'={p.get('compared')!r} is not the output's shape [{rows}, {cols}]")
     ta = torch.from_numpy(a).view(dtypes[0])
     tb = torch.from_numpy(b).view(dtypes[1])
@@ -575,5 +602,22 @@ def verdict_from_recording(rec: Recording) -> ProbeVerdict:
     doc = rec.probes()
     results = results_from_document(doc, rec.probe_arrays()) if doc is not None else []
     verdict = analyse(results)
+    biased = bias_results(doc, rec.probe_arrays()) if doc is not None else []
+    if biased:
+        verdict = _with_bias(verdict, biased)
     _VERDICTS[(key[0], key[1])] = verdict
     return verdict
+
+
+def _with_bias(verdict: ProbeVerdict, biased: Sequence[BiasResult]) -> ProbeVerdict:
+    """The verdict with the bias probes' answer (which bias orders fit, under the verdict's preset)."""
+    if verdict.preset is None:
+        return dataclasses.replace(verdict, bias_probes=len(biased), summary=verdict.summary + "; bias probes not "
+                                   "analysed (no preset)")
+    profile = dataclasses.replace(get_profile("hopper", warn=False), name="bias-probes", preset=verdict.preset,
+                                  table_id=None, maturity=verdict.preset.maturity)
+    with _one_thread():
+        orders = fitting_orders(biased, profile)
+    said = ", ".join(o.value for o in orders) if orders else "none"
+    return dataclasses.replace(verdict, bias_probes=len(biased), bias_orders=orders, fits=verdict.fits and bool(orders),
+                               summary=f"{verdict.summary}; bias order {said}")

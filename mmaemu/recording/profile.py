@@ -14,7 +14,7 @@ from typing import Any
 
 from ..platforms.profiles import Caller, Profile, SplitFamily, register_profile
 from ..platforms.table import WS_BYTES, SplitTable, register_table, setting_statistics
-from ..presets import Maturity, Preset
+from ..presets import Maturity, Preset, get_preset
 from .attestation import attested
 from .directory import RecordingDirectory
 from .envelope import TableRows, fit_envelope, heldout_mask, validate_envelope
@@ -41,13 +41,13 @@ def replay_report(rec: Recording) -> dict[str, Any] | None:
         return None
     try:
         report = json.loads(data.decode("utf-8"))
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return None
     return report if isinstance(report, dict) else None
 
 
 def profile_from_recording(directory: str | os.PathLike[str] | Recording, *, name: str | None = None,
-                           workspace_bytes: int | None = None, preset: Preset | None = None,
+                           workspace_bytes: int | None = None, preset: str | Preset | None = None,
                            split_family: SplitFamily | None = None, report: Mapping[str, Any] | None = None,
                            register: bool = False, verdict: ProbeVerdict | None = None) -> Profile:
     """A :class:`~mmaemu.platforms.profiles.Profile` whose split-K table is a recording's.
@@ -67,7 +67,7 @@ def profile_from_recording(directory: str | os.PathLike[str] | Recording, *, nam
         directory: the recording directory, or a :class:`~mmaemu.recording.format.Recording` already read.
         name: registry name (default ``"rec-<gpu>-<digest[:8]>"``).
         workspace_bytes: the caller's workspace (default: the recording's torch workspace).
-        preset: a :class:`~mmaemu.presets.Preset` to use instead of the probes' verdict.
+        preset: an FP8 preset (a name or a :class:`~mmaemu.presets.Preset`) to use instead of the probes' verdict.
         split_family: a :class:`~mmaemu.platforms.profiles.SplitFamily` to use instead of the probes' verdict.
         report: a replay report (default: ``replay.json`` in the directory, if present).
         register: also :func:`~mmaemu.platforms.profiles.register_profile` it (with its table).
@@ -78,7 +78,17 @@ def profile_from_recording(directory: str | os.PathLike[str] | Recording, *, nam
             link or special file in the directory, a mistyped field); the message names the file and field.
         ValueError: no heuristic table, or the probes fit no preset (or no split family while the table
             has splits) and none was passed.
+        TypeError: ``split_family``, ``report`` or ``verdict`` of the wrong type.
+        KeyError, UnsupportedFeatureError: ``preset`` is not an FP8 preset (:func:`~mmaemu.presets.get_preset`).
     """
+    if split_family is not None and not isinstance(split_family, SplitFamily):
+        raise TypeError(f"split_family must be a SplitFamily or None, got {split_family!r}")
+    if report is not None and not isinstance(report, Mapping):
+        raise TypeError(f"report must be a replay report (a dict, ReplayReport.to_json()) or None, got {type(report).__name__}")
+    if verdict is not None and not isinstance(verdict, ProbeVerdict):
+        raise TypeError(f"verdict must be a ProbeVerdict or None, got {type(verdict).__name__}")
+    if preset is not None:
+        preset = get_preset(preset, warn=False)  # an FP8 preset, by name or object; zoo presets are refused
     rec = directory if isinstance(directory, Recording) else Recording.open(directory)
     if not rec.has_table():
         raise ValueError(f"{rec.path}: the recording has no heuristic table (its heuristics section did not run)")
@@ -139,6 +149,8 @@ def profile_from_recording(directory: str | os.PathLike[str] | Recording, *, nam
         "split_family_from": "probes" if split_family is None and verdict.split_family is not None else
                              ("argument" if split_family is not None else "no splits recorded"),
         "envelope": env_status, "heuristic_rows": len(rows), "heldout_rows": int(held.sum()),
+        "bias_order": (verdict.bias_order.value if verdict.bias_order is not None and preset is None
+                       else "not decided" if verdict.bias_probes else "not recorded"),
     }
     source = (f"recording {rec.path.name} ({env.get('gpu')}, cuBLASLt {env.get('cublaslt')}, digest {rec.digest[:12]}): "
               f"replay {evidence['replay']}, {live_equal} of {evidence['live_calls']} live calls equal; "
@@ -157,6 +169,7 @@ def profile_from_recording(directory: str | os.PathLike[str] | Recording, *, nam
         table_id=table_id,
         source=source,
         evidence=evidence,
+        bias_order=verdict.bias_order if preset is None else None,
     )
     if register:
         register_profile(profile, table=table, replace=True)

@@ -44,6 +44,7 @@ from ..platforms.table import (
     table_arrays,
     table_codes,
 )
+from .bias import BiasResult, bias_document, bias_probes
 from .budget import Budget
 from .device import CudaDevice, Device, default_torch_workspace
 from .format import RecordingWriter
@@ -243,10 +244,28 @@ class Recorder:
             results.append(ProbeResult(p, corner.contiguous(), s, custom))
             self.budget.progress(done + 1, len(inputs))
         self.budget.progress(len(results), len(inputs), force=True)
+        biased = self._bias_probes(errors) if status is SectionStatus.COMPLETE else []
         verdict = analyse(results)
         doc, arrays = probe_document(results, errors, {"verdict_at_recording": verdict.to_json()})
-        writer.write_probes(doc, arrays)
+        doc["bias_probes"], bias_arrays = bias_document(biased)
+        writer.write_probes(doc, {**arrays, **bias_arrays})
         return status
+
+    def _bias_probes(self, errors: dict[str, str]) -> list[BiasResult]:
+        """Run the bias probes (:mod:`mmaemu.recording.bias`); a refused one is an error entry."""
+        results = []
+        for p in bias_probes():
+            decision = self._query(16, 16, 16, Fp8Format.E4M3, Fp8Format.E4M3, p.out, True, self.torch_workspace,
+                                   Part.LIVE)
+            try:
+                out = self.device.scaled_mm(p.a, p.b, fp32_scalar(p.scale_a_bits), fp32_scalar(p.scale_b_bits), None,
+                                            p.out.dtype, True, bias=p.bias)
+            except Exception as exc:  # noqa: BLE001 - a probe torch refuses is reported, not fatal
+                errors[p.name] = f"{type(exc).__name__}: {exc}"
+                continue
+            s, custom = (decision[0], decision[1]) if decision else (0, 0)
+            results.append(BiasResult(p, out.contiguous(), s, custom))
+        return results
 
     # -- live calls ---------------------------------------------------------------------------------------
 

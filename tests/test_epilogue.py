@@ -1,0 +1,122 @@
+"""mmaemu.epilogue with a bias: both candidate orders against the exact slow model (tests/slowmodel.py).
+
+No recording of a biased output exists (docs: [Note: bias]), so these tests show that each candidate is
+computed exactly as defined, that the two are told apart, and that scaled_mm uses the default one and
+warns; which one the hardware computes is open.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+import slowmodel
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import mmaemu
+from mmaemu.epilogue import BiasOrder, epilogue
+
+_OUT = {"bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def _f32_bits(x: float) -> int:
+    return struct.unpack("<I", struct.pack("<f", x))[0]
+
+
+def _ours(acc: int, sa: int, sb: int, bias: int, out: str, order: BiasOrder) -> int:
+    t_acc = torch.tensor([acc], dtype=torch.int64).to(torch.int32).view(torch.float32)
+    scalar = lambda bits: torch.tensor(bits, dtype=torch.int64).to(torch.int32).view(torch.float32)  # noqa: E731
+    t_bias = torch.tensor([bias], dtype=torch.int32).to(torch.int16).view(_OUT[out])
+    y = epilogue(t_acc, scalar(sa), scalar(sb), out_dtype=_OUT[out], bias=t_bias, bias_order=order)
+    return int(y.view(torch.int16).to(torch.int32)[0]) & 0xFFFF
+
+
+_fp32 = st.integers(0, 0xFFFFFFFF).filter(lambda b: (b >> 23) & 0xFF != 0xFF)  # finite fp32 bit patterns
+_scale = st.sampled_from([1.0, 0.5, 2.0**-6, 0.3712, 3.0, 1 / 448, 2.0**-100, 2.0**60]).map(_f32_bits)
+_half = st.integers(0, 0xFFFF)
+
+
+@settings(max_examples=600, deadline=None)
+@given(acc=_fp32, sa=_scale, sb=_scale, bias=_half, out=st.sampled_from(sorted(_OUT)),
+       order=st.sampled_from(list(BiasOrder)))
+def test_each_bias_order_is_exact(acc: int, sa: int, sb: int, bias: int, out: str, order: BiasOrder) -> None:
+    want = slowmodel.epilogue_bias(acc, sa, sb, out, bias, order.value)
+    got = _ours(acc, sa, sb, bias, out, order)
+    if want == slowmodel.CANONICAL_NAN[out]:
+        assert got == want
+    else:
+        assert got == want, (hex(acc), hex(sa), hex(sb), hex(bias), out, order)
+
+
+@pytest.mark.parametrize("out", sorted(_OUT))
+def test_the_orders_differ_where_the_second_rounding_matters(out: str) -> None:
+    """acc * alpha = 1 + 2**-24 - 2**-47 (exact) rounds to 1 in fp32; adding a bias of -1 then gives +0 after that
+    rounding and about 2**-24 in the fused order: the probes' principle (the recorder's bias calls use it)."""
+    acc, sa, sb = _f32_bits(1 + 2.0**-23), _f32_bits(1 - 2.0**-24), _f32_bits(1.0)
+    minus_one = 0xBC00 if out == "float16" else 0xBF80
+    after = slowmodel.epilogue_bias(acc, sa, sb, out, minus_one, "after-scale")
+    fused = slowmodel.epilogue_bias(acc, sa, sb, out, minus_one, "fused")
+    assert after != fused
+    assert _ours(acc, sa, sb, minus_one, out, BiasOrder.AFTER_SCALE) == after
+    assert _ours(acc, sa, sb, minus_one, out, BiasOrder.FUSED) == fused
+
+
+def test_scaled_mm_uses_the_default_order_and_warns() -> None:
+    a = torch.full((16, 32), 1.0).to(torch.float8_e4m3fn)
+    b = torch.full((16, 32), 0.5).to(torch.float8_e4m3fn)
+    bias = torch.linspace(-8, 8, 16).to(torch.bfloat16)
+    one = torch.tensor(1.0)
+    with pytest.warns(mmaemu.UnverifiedEpilogueWarning, match="experimental"):
+        y = mmaemu.scaled_mm(a, b.t(), one, one, bias, out_dtype=torch.bfloat16, use_fast_accum=True, splitk=1)
+    acc = mmaemu.accumulate(a, b, use_fast_accum=True)
+    want = epilogue(acc, one, one, out_dtype=torch.bfloat16, bias=bias, bias_order=BiasOrder.AFTER_SCALE)
+    mmaemu.testing.assert_bitwise_equal(y, want)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"out_dtype": torch.float32}, "Bias is not supported when out_dtype is set to Float32"),
+    ({"out_dtype": torch.float8_e4m3fn}, "bias with an FP8 output"),
+    ({"out_dtype": torch.float16}, "Bias must be Float16"),
+])
+def test_refused_biases(kwargs: dict[str, torch.dtype], match: str) -> None:
+    a = torch.ones(16, 32).to(torch.float8_e4m3fn)
+    one = torch.tensor(1.0)
+    with pytest.raises(mmaemu.MmaemuError, match=match):
+        mmaemu.scaled_mm(a, a.t(), one, one, torch.zeros(16, dtype=torch.bfloat16), splitk=1, **kwargs)
+
+
+def test_a_bias_with_an_empty_k_gives_torchs_early_zeros() -> None:
+    empty = torch.ones(16, 0).to(torch.float8_e4m3fn)
+    one = torch.tensor(1.0)
+    y = mmaemu.scaled_mm(empty, torch.ones(0, 16).to(torch.float8_e4m3fn), one, one,
+                         torch.ones(16, dtype=torch.bfloat16), out_dtype=torch.bfloat16)
+    mmaemu.testing.assert_bitwise_equal(y, torch.zeros(16, 16, dtype=torch.bfloat16))
+
+
+def _rn32_exact(x: float, y: float) -> float:
+    """x + y rounded once to fp32, by exact rational arithmetic (the slow model's rounding)."""
+    from fractions import Fraction
+
+    total = Fraction(x) + Fraction(y)
+    val = ("fin", 1 if total < 0 else 0, abs(total))
+    bits = slowmodel.f32_bits_from_value(val)
+    return struct.unpack("<f", struct.pack("<I", bits))[0]
+
+
+_TIE = 8384513 * 8392705  # 2**46 + 1: a product of two fp32 significands one unit above a power of two
+
+
+@settings(max_examples=400, deadline=None)
+@given(e=st.integers(-60, 40), shift=st.integers(-30, 30), sign=st.sampled_from([1.0, -1.0]),
+       odd=st.booleans(), noise=st.integers(-3, 3))
+def test_the_fused_sum_rounds_once(e: int, shift: int, sign: float, odd: bool, noise: int) -> None:
+    """The fused order's float64 sum of a product and a bias rounds to fp32 once: products with a tail far below
+    float64's precision next to an fp32 tie (2**46 + 1 times a power of two), where rounding twice is wrong."""
+    from mmaemu.epilogue import _round_sum_to_fp32
+
+    product = sign * float(_TIE + noise) * 2.0 ** (e - 46)  # 2**e (1 + tiny), exact in float64
+    bias = (2.0 ** (e + 24 + shift)) * (1 + (2.0**-7 if odd else 0.0))
+    got = _round_sum_to_fp32(torch.tensor([product], dtype=torch.float64), torch.tensor([bias], dtype=torch.float64))
+    assert float(got[0]) == _rn32_exact(product, bias), (product, bias)

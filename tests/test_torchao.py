@@ -1,0 +1,144 @@
+"""torchao's real FP8 models under mmaemu.emulate() (issue 25): served where tensor-wise, refused where row-wise.
+
+torchao's ``quantize_`` asserts an sm_89+ GPU. Here it stands for the machine that quantized a model: only
+its hardware check (``_check_hardware_support``) is switched off, every quantization step is torchao's
+own. The CPU user's path (docs/models.md) is then taken for real: the state dict saved, loaded with
+``weights_only=True`` into a fresh model with ``assign=True``, and run under ``emulate()``.
+"""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import mmaemu
+from mmaemu.testing import assert_bitwise_equal, bitwise_diff
+
+torchao = pytest.importorskip("torchao", reason="torchao is not installed (pip install 'mmaemu[test]')")
+from torchao.quantization import Float8DynamicActivationFloat8WeightConfig, PerRow, PerTensor, quantize_  # noqa: E402
+
+K, N, M = 1024, 64, 32  # a row of every H100 table (S = 1)
+
+
+@pytest.fixture
+def gpu_machine(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """torchao's quantize_ as it runs on an sm_89+ GPU: its hardware assertion off, nothing else changed."""
+    import torchao.quantization.quant_api as quant_api
+
+    monkeypatch.setattr(quant_api, "_check_hardware_support", lambda granularity: None)
+    yield
+
+
+def _model(bias: bool, seed: int = 0) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(K, K, bias=bias), torch.nn.ReLU(),
+                               torch.nn.Linear(K, N, bias=bias)).to(torch.bfloat16)
+
+
+def _x() -> torch.Tensor:
+    return (torch.randn(M, K, generator=torch.Generator().manual_seed(5)) * 3).to(torch.bfloat16)
+
+
+class _Capture(TorchDispatchMode):
+    """Records the plain-tensor arguments of every aten._scaled_mm call (a native run)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if any(t is not torch.Tensor for t in types):
+            return NotImplemented
+        if func is torch.ops.aten._scaled_mm.default:
+            self.calls.append((tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args), dict(kwargs)))
+        return func(*args, **kwargs)
+
+
+def _quantized(granularity: Any, bias: bool = False) -> torch.nn.Module:
+    model = _model(bias)
+    quantize_(model, Float8DynamicActivationFloat8WeightConfig(granularity=granularity))
+    return model
+
+
+def test_per_tensor_is_served_with_the_bits_of_the_operands_torchao_passes(gpu_machine: None) -> None:
+    """Old code: the model ran natively under emulate() and the log said 0 served, 0 native."""
+    model = _quantized(PerTensor())
+    assert type(model[0].weight).__name__ == "Float8Tensor"
+    x = _x()
+    with torch.no_grad():
+        with _Capture() as capture:
+            native = model(x)
+        with mmaemu.emulate(profile="hopper") as log:
+            y = model(x)
+    assert log.served == {(M, K, K): 1, (M, N, K): 1} and log.native_calls == 0
+    assert len(capture.calls) == 2
+    # the first GEMM's operands are the same whatever computes it: check that layer's bits directly
+    args, kwargs = capture.calls[0]
+    want = mmaemu.scaled_mm(*args, **kwargs, profile="hopper")
+    with torch.no_grad(), mmaemu.emulate(profile="hopper"):
+        first = model[0](x)
+    assert_bitwise_equal(first, want)
+    assert not bitwise_diff(y, native).equal  # the native CPU GEMM gives other bits: the calls were not missed
+
+
+def test_per_row_is_refused_as_row_wise_and_counted_when_native(gpu_machine: None) -> None:
+    """Old code: PerRow ran natively in silence, where the contract says row-wise scales raise."""
+    model = _quantized(PerRow())
+    x = _x()
+    with torch.no_grad():
+        with pytest.raises(mmaemu.UnsupportedFeatureError, match="row-wise"):
+            with mmaemu.emulate():
+                model(x)
+        with mmaemu.emulate(fallback="native") as log:
+            got = model(x)
+        assert_bitwise_equal(got, model(x))
+    assert log.native == {(M, K, K): 1, (M, N, K): 1} and log.served_calls == 0
+    assert all("row-wise" in reason for reason in log.reasons)
+
+
+def test_a_biased_torchao_model_runs_warned(gpu_machine: None) -> None:
+    model = _quantized(PerTensor(), bias=True)
+    with torch.no_grad(), mmaemu.emulate() as log:
+        with pytest.warns(mmaemu.UnverifiedEpilogueWarning):
+            model(_x())
+    assert log.served_calls == 2
+
+
+def test_the_cpu_users_path_a_model_quantized_elsewhere(gpu_machine: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/models.md: a state dict saved on the GPU machine, loaded here with weights_only=True and assign=True."""
+    saved = io.BytesIO()
+    torch.save(_quantized(PerTensor(), bias=True).state_dict(), saved)
+    monkeypatch.undo()  # here: torchao's hardware check is back (it would refuse to quantize)
+    here = _model(bias=True, seed=1)  # other float weights: loading must replace them
+    state = torch.load(io.BytesIO(saved.getvalue()), weights_only=True)
+    here.load_state_dict(state, assign=True)
+    assert type(here[0].weight).__name__ == "Float8Tensor"
+    x = _x()
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", mmaemu.UnverifiedEpilogueWarning)
+        with mmaemu.emulate(profile="hopper") as log:
+            y = here(x)
+        with mmaemu.emulate(profile="hopper"):
+            again = here(x)
+    assert log.served_calls == 2 and log.native_calls == 0
+    assert_bitwise_equal(y, again)
+
+
+def test_loading_needs_torchao_imported_first(tmp_path: Any, gpu_machine: None) -> None:
+    """The note in docs/models.md: without ``import torchao``, a weights-only load of the checkpoint is refused."""
+    path = tmp_path / "model-fp8.pt"
+    torch.save(_quantized(PerTensor()).state_dict(), path)
+    script = (f"import torch\ntry:\n    torch.load({str(path)!r}, weights_only=True)\nexcept Exception as e:\n"
+              f"    print('refused', type(e).__name__)\nimport torchao\nsd = torch.load({str(path)!r}, weights_only=True)\n"
+              "print('loaded', type(sd['0.weight']).__name__)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False, timeout=300)
+    assert "refused" in done.stdout and "loaded Float8Tensor" in done.stdout, done.stdout + done.stderr
