@@ -14,10 +14,11 @@ from pathlib import Path
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pytest
+from evidence import evidence_root
 from hypothesis import Phase, settings
 
-#: ``../shared`` beside the repository (CI has it; a user's clone may not).
-SHARED = Path(os.environ.get("MMAEMU_SHARED", Path(__file__).resolve().parents[2] / "shared"))
+#: The hardware evidence: ``evidence/`` in the repository, or ``../shared`` / ``MMAEMU_SHARED`` (tests/evidence.py).
+SHARED = evidence_root()
 HW_VECTORS = SHARED / "hw-vectors"
 RECORDINGS = SHARED / "recordings"
 
@@ -44,7 +45,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def require(path: Path) -> Path:
     """Skip the calling test when hardware evidence is absent."""
     if not path.exists():
-        pytest.skip(f"hardware evidence not found at {path} (a clone without ../shared)")
+        pytest.skip(f"hardware evidence not found at {path} (MMAEMU_SHARED names a folder without it)")
     return path
 
 
@@ -168,3 +169,49 @@ def emulated_recording(tmp_path_factory: pytest.TempPathFactory) -> Path:
         torch.set_num_threads(before)
     assert report.passed, report.summary()
     return path
+
+
+# -- the evidence replayed once: outcomes of the record replays, for tools/validation_report.py --outcomes -------------
+
+#: Test functions whose cases are recorded evidence (one record or table each); their outcomes are logged.
+EVIDENCE_TESTS = frozenset({"test_dot_record", "test_gemm_record", "test_pairwise_record", "test_call_record",
+                            "test_every_recorded_row_resolves_to_the_recorded_split",
+                            "test_every_workspace_and_customoption_resolves"})
+_OUTCOMES: dict[str, dict[str, str]] = {}
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    name = getattr(item, "originalname", item.name)
+    callspec = getattr(item, "callspec", None)
+    if name in EVIDENCE_TESTS and callspec is not None:
+        params = callspec.params
+        case = params.get("rec", params.get("table_id"))
+        key = case["id"] if isinstance(case, dict) else str(case)
+        report = outcome.get_result()
+        report.user_properties.append(("evidence", (name, str(params.get("backend", "-")), key)))
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    for prop, value in report.user_properties:
+        if prop != "evidence":
+            continue
+        name, backend, key = value
+        cases = _OUTCOMES.setdefault(f"{name}/{backend}", {})
+        previous = cases.get(key)
+        if report.failed:
+            cases[key] = "failed"
+        elif report.when == "call" and report.passed and previous != "failed":
+            cases[key] = "passed"
+        elif report.skipped and previous is None:
+            cases[key] = "skipped"
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    target = os.environ.get("MMAEMU_EVIDENCE_LOG")
+    if target and not hasattr(session.config, "workerinput"):  # the controller under pytest-xdist
+        import json
+
+        Path(target).write_text(json.dumps({"format": "mmaemu-evidence-outcomes/1", "outcomes": _OUTCOMES},
+                                           indent=0, sort_keys=True) + "\n")

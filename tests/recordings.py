@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from conftest import RECORDINGS
+from evidence import read_records
 
 RTX4060 = RECORDINGS / "rtx4060"
 #: Four RTX 4060 outputs that decide the pairwise combination order at S = 10, 11, 15 and 20.
@@ -63,7 +64,7 @@ class Recordings:
 @functools.lru_cache(maxsize=2)
 def load(directory: Path = RTX4060) -> Recordings:
     """The records and arrays of one recording directory (each record remembers it as ``_dir``)."""
-    records = [json.loads(line) for line in (directory / "records.jsonl").read_text().splitlines() if line]
+    records = read_records(directory)
     for record in records:
         record["_dir"] = directory
     arrays = dict(np.load(directory / "arrays.npz"))

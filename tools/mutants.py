@@ -32,7 +32,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("MMAEMU_SHARED", ROOT.parent / "shared"))
+sys.path.insert(0, str(ROOT / "tests"))
+from evidence import evidence_root  # noqa: E402
+
+SHARED = evidence_root()
 
 # Test selections (pytest arguments), fastest first so that a killed mutant stops early.
 MODEL = ("tests/test_hw_vectors.py", "tests/test_model.py", "tests/test_formats.py",

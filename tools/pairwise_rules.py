@@ -30,7 +30,10 @@ import torch
 import mmaemu
 from mmaemu.accumulation import Scheme, SplitK, pairwise_steps, plan_accumulation
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from evidence import evidence_root, read_records  # noqa: E402
+
+SHARED = evidence_root()
 DIRECTORIES = ("rtx4060", "rtx4060-pairwise")
 
 Combine = Callable[[list[torch.Tensor]], torch.Tensor]
@@ -164,7 +167,7 @@ def load_records(shared: Path = SHARED, ids: set[str] | None = None) -> list[dic
     backend = "auto"  # the cpu backend where numba loads, else the reference one: the same bits
     for directory in DIRECTORIES:
         base = shared / "recordings" / directory
-        records = [json.loads(line) for line in (base / "records.jsonl").read_text().splitlines() if line]
+        records = read_records(base)
         arrays = np.load(base / "arrays.npz")
         for r in records:
             split = r.get("splitk")
@@ -212,7 +215,7 @@ def failures(rule: Callable[[int], Combine], records: list[dict[str, Any]]) -> l
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ids", nargs="+", help="only these record ids")
-    parser.add_argument("--shared", type=Path, default=SHARED, help="the shared/ folder (default: ../shared)")
+    parser.add_argument("--shared", type=Path, default=SHARED, help="the evidence folder (default: evidence/, or ../shared, or MMAEMU_SHARED)")
     args = parser.parse_args(argv)
     records = load_records(args.shared, set(args.ids) if args.ids else None)
     outputs = sum(r["expected"].numel() for r in records)

@@ -31,8 +31,11 @@ import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-ZOO_DIR = Path(os.environ.get("MMAEMU_SHARED", ROOT.parent / "shared")) / "hw-vectors" / "zoo"
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+from evidence import evidence_root  # noqa: E402
+
+ZOO_DIR = evidence_root() / "hw-vectors" / "zoo"
 
 import mmaemu  # noqa: E402
 from mmaemu.presets import ZOO, Architecture, CMode, Rounding  # noqa: E402
