@@ -39,6 +39,8 @@ from typing import Literal, Union
 
 import torch
 
+from .errors import UnknownNameError
+
 __all__ = [
     "Scheme",
     "SplitK",
@@ -141,7 +143,7 @@ class SplitK:
                 try:
                     scheme = Scheme(scheme)
                 except ValueError:
-                    raise ValueError(f"splitk={value!r}: unknown scheme; accepted: {accepted}") from None
+                    raise UnknownNameError(f"splitk={value!r}: unknown scheme; accepted: {accepted}") from None
             if not isinstance(parts, int) or isinstance(parts, bool) or parts < 1:
                 raise ValueError(f"splitk={value!r}: S must be a positive int; accepted: {accepted}")
             if parts == 1:

@@ -564,7 +564,7 @@ def scaled_mm(
             or ``MMAEMU_SPLITK_STRICT``, tensors on the ``meta`` device (they hold no values).
         TypeError: arguments of the wrong type, as torch's parser (``use_fast_accum`` must be a
             bool); ``profile`` or ``backend`` of the wrong type.
-        KeyError: a profile name used before the rename (the message names the new one).
+        UnknownNameError: an unknown profile, backend or split-scheme name (also a ``ValueError``).
         RuntimeError: an ``out`` that shares memory with what the call reads (see ``out``).
             An ``out`` made under ``torch.inference_mode()`` and passed outside it raises torch's
             error (a ``ReferenceRejectsError``) before anything is written.

@@ -156,9 +156,7 @@ def _info(args: argparse.Namespace) -> int:
 def _bench(args: argparse.Namespace) -> int:
     from . import bench
 
-    if args.preset is not None:
-        print("mmaemu bench: --preset is deprecated (it names a profile): use --profile", file=sys.stderr)
-    profile = args.profile if args.preset is None else args.preset
+    profile = args.profile
     shapes = args.shape or [(64, 1920, 5760)]
     return bench.main_bench(shapes, repeat=args.repeat, configs=args.configs, first_call=args.first_call,
                             json_path=args.json, profile=profile, zoo=args.zoo)
@@ -418,7 +416,6 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--shape", action="append", type=_shape, help="MxKxN (repeatable; default 64x1920x5760)")
     bench.add_argument("--profile", default="hopper", type=_profile,
                        help="the reference platform of the base configuration (default hopper)")
-    bench.add_argument("--preset", default=None, type=_profile, help=argparse.SUPPRESS)  # deprecated: --profile
     bench.add_argument("--repeat", type=_positive_int, default=5, help="runs per median (default 5)")
     bench.add_argument("--configs", action="store_true",
                        help="also time ada slow E5M2 x E4M3 and a split call (S = 4), as ratios to the first")

@@ -15,6 +15,7 @@ __all__ = [
     "ReferenceRejectsError",
     "ReferenceRejectsValueError",
     "BackendUnavailableError",
+    "UnknownNameError",
     "RecordingDamagedError",
     "RecordUnavailableError",
     "MmaemuWarning",
@@ -53,6 +54,14 @@ class ReferenceRejectsValueError(ReferenceRejectsError, ValueError):
 
 class BackendUnavailableError(MmaemuError):
     """The requested backend cannot run here (missing dependency, device, or failed self-test)."""
+
+
+class UnknownNameError(MmaemuError, ValueError, KeyError):
+    """A name that names nothing: an unknown preset, profile, backend or split scheme (the one error of a bad
+    lookup). Also a ``ValueError`` and a ``KeyError``; the message lists what is accepted."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
 
 
 class RecordingDamagedError(MmaemuError, ValueError):

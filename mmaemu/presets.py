@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .errors import ExperimentalPresetWarning, UnsupportedFeatureError
+from .errors import ExperimentalPresetWarning, UnknownNameError, UnsupportedFeatureError
 from .formats import FP8_DTYPES, WideFormat
 
 __all__ = [
@@ -260,7 +260,7 @@ def instruction_preset(preset: str | Preset, fmt: WideFormat | torch.dtype, *, w
                 f"preset {preset!r} describes FP8 inputs only; for {fmt.short_name} operands name an architecture: "
                 f"{archs}"
             ) from None
-        raise KeyError(f"unknown preset {preset!r}; for {fmt.short_name} operands the presets are: {archs}") from None
+        raise UnknownNameError(f"unknown preset {preset!r}; for {fmt.short_name} operands the presets are: {archs}") from None
     found = ZOO.get((arch, fmt))
     if found is None:
         has = ", ".join(f.short_name for (a, f) in ZOO if a is arch)
@@ -309,7 +309,7 @@ def get_preset(preset: str | Preset, *, warn: bool = True) -> Preset:
         found = _PRESETS[preset]
     except KeyError:
         known = ", ".join(sorted([*_PRESETS, *_ALIASES]))
-        raise KeyError(f"unknown preset {preset!r}; known presets: {known}") from None
+        raise UnknownNameError(f"unknown preset {preset!r}; known presets: {known}") from None
     if warn and found.maturity is Maturity.EXPERIMENTAL:
         _warn_experimental(found.name)
     return found

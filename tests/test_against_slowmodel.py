@@ -284,6 +284,18 @@ def test_combination_order_probes_up_to_32_parts(backend: str, scheme: str, s: i
         assert run_accumulate(case, backend) == slow_accumulate(case), (s, scheme, parts["a"][0].index(1) if 1 in parts["a"][0] else None)
 
 
+def test_the_pairwise_order_on_every_backend(backend: str) -> None:
+    """One order-sensitive pairwise split (S = 7) on every backend, the Triton interpreter included, against the
+    slow model: the one definition of the combination order (accumulation.combination_steps) is what every
+    backend computes, so a fault in it fails each of them (tools/mutants.py, every_backend)."""
+    s = 7
+    for e, p, m in ((0, 1, 5), (1, 2, 6), (1, 4, 0)):  # placements where pairwise and serial give other bits
+        case = dict(fa="e4m3", fb="e4m3", preset="ada", fast=True, split=(s, "pairwise"), **_tri_probe(s, "pairwise", e, p, m))
+        want = slow_accumulate(case)
+        assert want != slow_accumulate({**case, "split": (s, "serial")})  # the case tells the orders apart
+        assert run_accumulate(case, backend) == want, (e, p, m)
+
+
 @pytest.mark.parametrize("s", _ORDER_S)
 def test_every_tri_probe_of_the_combination(s: int) -> None:
     """combine_parts against the slow model's combination for placements of a tri probe.

@@ -122,7 +122,7 @@ def test_unservable_calls_raise_or_run_natively(operands: tuple[torch.Tensor, ..
 
 
 def test_a_bias_is_served_and_warned(operands: tuple[torch.Tensor, ...]) -> None:
-    """Issue 25: old code raised for every bias; now a bf16 or fp16 bias is the experimental epilogue, warned on
+    """old code raised for every bias; now a bf16 or fp16 bias is the experimental epilogue, warned on
     every call (UnverifiedEpilogueWarning), with mmaemu.scaled_mm's bits."""
     a, b, sa, sb = operands
     bias = (torch.randn(N, generator=torch.Generator().manual_seed(3)) * 100).to(torch.bfloat16)
@@ -152,7 +152,7 @@ def test_undecided_splits_raise_even_with_native_fallback() -> None:
 
 @pytest.mark.skipif(not hasattr(torch, "_scaled_mm_v2"), reason="torch without _scaled_mm_v2")
 def test_the_public_scaled_mm_is_served_with_tensor_wise_scales(operands: tuple[torch.Tensor, ...]) -> None:
-    """Issue 25: old code refused torch.nn.functional.scaled_mm (torch._scaled_mm_v2) outright."""
+    """old code refused torch.nn.functional.scaled_mm (torch._scaled_mm_v2) outright."""
     a, b, sa, sb = operands
     F = torch.nn.functional
     tensorwise = F.ScalingType.TensorWise

@@ -84,7 +84,7 @@ def test_one_target_as_ci_runs_it_equals_the_committed_report(tmp_path: Path) ->
 
 
 def test_the_committed_report_meets_the_static_bars() -> None:
-    """Issue 14's static bars, on the committed report: no F2I in the inner loop of any launched variant,
+    """The static bars, on the committed report: no F2I in the inner loop of any launched variant,
     no spills in any variant the backend can launch on any target, and an H200 estimate of 10 TMAC/s or
     more (by the sm_90 formulation; the exactly-defined one's ceiling is stated beside it)."""
     gs = _tool()

@@ -1,5 +1,5 @@
 """mmaemu.host: the boolean variables' one parser, the per-user directory, and the inference-only rule at
-every entry point (issue 24, items 7 and 9)."""
+every entry point."""
 
 from __future__ import annotations
 

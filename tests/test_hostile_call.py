@@ -1,4 +1,4 @@
-"""Hostile arguments to the public entry points (issue 13): aliasing ``out=``, refusals that must leave
+"""Hostile arguments to the public entry points: aliasing ``out=``, refusals that must leave
 ``out`` untouched, ``explain`` agreeing with ``scaled_mm``, meta tensors, non-bool flags, environment
 variables and the FTZ probe under another default device.
 
@@ -125,7 +125,7 @@ REFUSALS: list[tuple[str, dict[str, Any], type[BaseException], str, Any]] = [
     ("flush-to-zero", {}, mmaemu.MmaemuError, "flushes subnormal", "ftz"),
     ("bad-profile", {"profile": "h100"}, ValueError, "accepted: 'hopper'", None),
     ("profile-wrong-type", {"profile": 3}, TypeError, "profile", None),
-    ("renamed-profile", {"profile": "hopper-h100pcie-torch"}, KeyError, "renamed", None),
+    ("unknown-profile", {"profile": "hopper-h100pcie-torch"}, mmaemu.UnknownNameError, "is not a profile", None),
     ("bad-splitk", {"splitk": (2, "tree")}, ValueError, "accepted", None),
     ("bad-backend", {"backend": "gpu"}, ValueError, "accepted: 'auto'", None),
     ("backend-none", {"backend": None}, TypeError, "backend", None),
@@ -315,7 +315,7 @@ BAD_CALLS: dict[str, Callable[[], dict[str, Any]]] = {
     "meta-backend-cpu": lambda: {**meta_call(), "backend": "cpu"},
     "out-requires-grad-leaf": lambda: base(out=torch.zeros(16, 16, dtype=torch.bfloat16, requires_grad=True)),
     "out-requires-grad-nonleaf": lambda: base(out=torch.zeros(16, 16, requires_grad=True).to(torch.bfloat16)),
-    "renamed-profile": lambda: base(profile="hopper-h100pcie-torch"),
+    "unknown-profile": lambda: base(profile="hopper-h100pcie-torch"),
     "profile-list": lambda: base(profile=["hopper"]),
     "fast-accum-int": lambda: base(use_fast_accum=1),
     "splitk-str": lambda: base(splitk="1"),
@@ -471,8 +471,8 @@ def test_profile_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     assert get_profile(None).name == "hopper"
     monkeypatch.setenv("MMAEMU_PROFILE", " ada ")
     assert get_profile(None).name == "ada"
-    monkeypatch.setenv("MMAEMU_PROFILE", "hopper-h100pcie-torch")
-    with pytest.raises(KeyError, match="MMAEMU_PROFILE.*renamed to 'hopper'"):
+    monkeypatch.setenv("MMAEMU_PROFILE", "hopper-h100pcie-torch")  # a name of no profile: the one lookup error
+    with pytest.raises(mmaemu.UnknownNameError, match="MMAEMU_PROFILE='hopper-h100pcie-torch'"):
         get_profile(None)
 
 

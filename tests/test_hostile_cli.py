@@ -205,7 +205,7 @@ def test_an_interrupted_replay_writes_nothing(recorded: Path, tmp_path: Path, mo
 
 _BAD = [
     ["explain", "-1", "5", "5"],
-    ["explain", "18446744073709551616", "16", "16"],  # issue 24, item 10: old code, a TypeError traceback (exit 1)
+    ["explain", "18446744073709551616", "16", "16"],  # old code: a TypeError traceback (exit 1)
     ["explain", "16", "16", str(1 << 31)],
     ["explain", "a", "5", "5"],
     ["explain", "1.5", "5", "5"],
@@ -256,7 +256,7 @@ def test_bad_option_values_are_usage_errors(argv: list[str], tmp_path: Path,
 
 
 def test_a_closed_pipe_ends_quietly() -> None:
-    """Issue 24, item 10. Old code: ``explain ... | head`` ended in a BrokenPipeError traceback."""
+    """Old code: ``explain ... | head`` ended in a BrokenPipeError traceback."""
     script = f"{sys.executable} -m mmaemu explain 64 5760 1920 --fast | true; echo ${{PIPESTATUS[0]}}"  # true reads nothing
     done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=False)
     assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
@@ -329,8 +329,6 @@ def test_bench_takes_a_profile(monkeypatch: pytest.MonkeyPatch, capsys: pytest.C
     monkeypatch.setattr(bench, "main_bench", lambda shapes, **kw: seen.append({"shapes": shapes, **kw}) or 0)
     assert cli.main(["bench", "--profile", "ada", "--shape", "16x64x32"]) == 0
     assert seen[-1]["profile"] == "ada" and seen[-1]["shapes"] == [(16, 64, 32)]
-    assert cli.main(["bench", "--preset", "ada"]) == 0  # the deprecated spelling, still in docs/api.md
-    assert seen[-1]["profile"] == "ada" and "deprecated" in capsys.readouterr().err
     help_text = cli.build_parser()._subparsers._group_actions[0].choices["bench"].format_help()  # type: ignore[union-attr]
     assert "--profile" in help_text and "--preset" not in help_text
 

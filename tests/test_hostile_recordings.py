@@ -1,6 +1,6 @@
 """A recording is untrusted input: links, special files, edited tables, forged reports and declared sizes.
 
-Each test names what the code before the second hostile pass (issue 24, items 2-5) did with that input.
+Each test names what the code before the second hostile pass did with that input.
 The recordings are the emulated recorder's (``tests/emulated_device.py``): plumbing, not GPU evidence.
 """
 
@@ -291,11 +291,11 @@ def test_a_damaged_bias_probe_is_damage(recorded: Path, tmp_path: Path, field: s
     assert main_replay(str(path), "auto", None, None) == 2
 
 
-# -- the second hostile pass's own findings (issue 24's bar: a pass over what changed) ------------------------------
+# -- the second hostile pass's own findings ------------------------------
 
 
 def test_a_manifest_edited_after_a_passing_replay_is_never_validated(recorded: Path, tmp_path: Path) -> None:
-    """Found by this issue's hostile pass: the digest covered the data files only, so a manifest claiming another
+    """Found by a hostile pass: the digest covered the data files only, so a manifest claiming another
     GPU, workspace or section status kept the profile VALIDATED."""
     path = _copy(recorded, tmp_path)
     manifest = json.loads((path / "manifest.json").read_text())
@@ -315,7 +315,7 @@ def _edit_probes(path: Path, edit: object) -> None:
 
 
 def test_a_probe_declaring_work_past_its_bound_is_damage_not_hours(recorded: Path, tmp_path: Path) -> None:
-    """Found by this issue's hostile pass: one probe of K = 2**21 - 1 (4.7 KB of zero codes) made the analysis
+    """Found by a hostile pass: one probe of K = 2**21 - 1 (4.7 KB of zero codes) made the analysis
     run for hours (160 candidates)."""
     path = _copy(recorded, tmp_path)
     with np.load(path / "probes.npz") as data:
@@ -330,7 +330,7 @@ def test_a_probe_declaring_work_past_its_bound_is_damage_not_hours(recorded: Pat
 
 
 def test_two_probes_of_one_name_are_damage(recorded: Path, tmp_path: Path) -> None:
-    """Found by this issue's hostile pass: a RuntimeError ('Boolean value of Tensor ... ambiguous') from the analysis."""
+    """Found by a hostile pass: a RuntimeError ('Boolean value of Tensor ... ambiguous') from the analysis."""
     path = _copy(recorded, tmp_path)
     _edit_probes(path, lambda d: d["probes"].append(dict(d["probes"][0])))
     with pytest.raises(RecordingDamagedError, match="repeats an earlier probe"):
@@ -339,7 +339,7 @@ def test_two_probes_of_one_name_are_damage(recorded: Path, tmp_path: Path) -> No
 
 @pytest.mark.parametrize("name", ["manifest.json", "heuristics.json", "probes.json", "calls.jsonl", "replay.json"])
 def test_deeply_nested_json_is_damage(recorded: Path, tmp_path: Path, name: str) -> None:
-    """Found by this issue's hostile pass: RecursionError tracebacks from json.loads."""
+    """Found by a hostile pass: RecursionError tracebacks from json.loads."""
     path = _copy(recorded, tmp_path)
     (path / name).write_text("[" * 100_000 + "]" * 100_000)
     if name == "manifest.json":
@@ -356,14 +356,14 @@ def test_deeply_nested_json_is_damage(recorded: Path, tmp_path: Path, name: str)
 
 @pytest.mark.parametrize("field,value", [("k", 0), ("m", 0)])
 def test_an_empty_live_call_is_damage(recorded: Path, tmp_path: Path, field: str, value: int) -> None:
-    """Found by this issue's hostile pass: an adversarial call with K = 0 raised IndexError regenerating its inputs."""
+    """Found by a hostile pass: an adversarial call with K = 0 raised IndexError regenerating its inputs."""
     path = _copy(recorded, tmp_path)
     _edit_call(path, 0, **{field: value})
     assert "calls.jsonl" in replay(path, write=False).damaged
 
 
 def test_table_rows_of_an_unnamed_output_are_damage(recorded: Path, tmp_path: Path) -> None:
-    """Found by this issue's hostile pass: setting code 251 (output code 7) raised IndexError in Setting.from_code."""
+    """Found by a hostile pass: setting code 251 (output code 7) raised IndexError in Setting.from_code."""
     path = _copy(recorded, tmp_path)
 
     def move(c: dict[str, np.ndarray]) -> None:
@@ -385,7 +385,7 @@ def test_table_rows_of_an_unnamed_output_are_damage(recorded: Path, tmp_path: Pa
 ])
 def test_mistyped_manifest_fields_are_damage(recorded: Path, tmp_path: Path, section: str | None, key: str,
                                              value: object) -> None:
-    """Found by this issue's hostile pass: accepted silently (a list GPU name, a string live_cost that switched the
+    """Found by a hostile pass: accepted silently (a list GPU name, a string live_cost that switched the
     declared-size bound off, format_version 1.0)."""
     path = _copy(recorded, tmp_path)
     manifest = json.loads((path / "manifest.json").read_text())
@@ -403,7 +403,7 @@ def test_mistyped_manifest_fields_are_damage(recorded: Path, tmp_path: Path, sec
 
 
 def test_a_stored_output_that_contradicts_its_digest_is_damage(recorded: Path, tmp_path: Path) -> None:
-    """Found by this issue's hostile pass: one flipped bit in a stored output (resealed) replayed as PASSED."""
+    """Found by a hostile pass: one flipped bit in a stored output (resealed) replayed as PASSED."""
     path = _copy(recorded, tmp_path)
     with np.load(path / "calls.npz") as data:
         arrays = {k: np.asarray(data[k]).copy() for k in data.files}
@@ -416,7 +416,7 @@ def test_a_stored_output_that_contradicts_its_digest_is_damage(recorded: Path, t
 
 
 def test_profile_arguments_are_checked(recorded: Path) -> None:
-    """Found by this issue's hostile pass: preset=<a zoo preset> built an FP8 profile with B = 16, F = 25; preset="hopper"
+    """Found by a hostile pass: preset=<a zoo preset> built an FP8 profile with B = 16, F = 25; preset="hopper"
     (a string) an unusable one; wrong types raised AttributeError."""
     from mmaemu.presets import ZOO, Architecture
     from mmaemu.formats import WideFormat

@@ -1,4 +1,4 @@
-"""Hostile process states around every public entry point (issue 13, the cross-cutting tier).
+"""Hostile process states around every public entry point (the cross-cutting tier).
 
 Each entry point is first called in a clean state on small deterministic FP8 inputs (negative
 zeros, NaN codes, subnormals; K a multiple of 16; every split decided explicitly). Then, under each

@@ -108,7 +108,7 @@ def test_b200_exact_zero_is_plus_zero() -> None:
 
 
 def test_rounded_add_with_an_fp16_accumulator_adds_c() -> None:
-    """Issue 24, item 1. Old code: the fp16-accumulator branch returned before c was added (1.0, not 3.0)."""
+    """Old code: the fp16-accumulator branch returned before c was added (1.0, not 3.0)."""
     rn = Preset("rn", 4, 25, c_mode=CMode.ROUNDED_ADD, rounding=Rounding.NEAREST_EVEN)
     a = torch.tensor([1.0, 0, 0, 0], dtype=torch.float16)
     assert mmaemu.model.dot(a, a, torch.tensor(2.0, dtype=torch.float16), preset=rn).item() == 3.0

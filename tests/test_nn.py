@@ -201,7 +201,7 @@ def test_scales() -> None:
                                         ("input_scale", float("inf")), ("weight_scale_inv", -1.0),
                                         ("weight_scale_inv", 0.0), ("input_scale_inv", 0.3)])
 def test_load_state_dict_refuses_what_the_constructor_refuses(name: str, value: float) -> None:
-    """Issue 24, item 8. Old code: load_state_dict loaded an input_scale of 0 or NaN, a weight_scale_inv of -1 and an
+    """Old code: load_state_dict loaded an input_scale of 0 or NaN, a weight_scale_inv of -1 and an
     input_scale_inv that is not 1 / input_scale; the constructor refused each. The refused layer keeps its buffers."""
     layer = EmulatedFP8Linear(torch.randn(16, 32), weight_scale=2.0, input_scale=4.0)
     before = {k: v.clone() for k, v in layer.state_dict().items()}
@@ -230,7 +230,7 @@ def test_load_state_dict_takes_a_consistent_state() -> None:
 @pytest.mark.parametrize("name,value", [("weight_scale_inv", torch.tensor([0.5, 5.0])), ("weight", torch.zeros(8, 32)),
                                         ("input_scale", torch.tensor(4.0, device="meta"))])
 def test_load_state_dict_of_another_shape_or_on_meta_loads_nothing(name: str, value: torch.Tensor) -> None:
-    """Found by issue 24's hostile pass: a scale of another shape made torch refuse after the weight was replaced."""
+    """Found by a hostile pass: a scale of another shape made torch refuse after the weight was replaced."""
     layer = EmulatedFP8Linear(torch.randn(16, 32), weight_scale=2.0, input_scale=4.0)
     before = {k: v.clone() for k, v in layer.state_dict().items()}
     other = EmulatedFP8Linear(torch.randn(16, 32) * 3, weight_scale=8.0, input_scale=4.0).state_dict()

@@ -42,7 +42,7 @@ def _explain_error(**kwargs: object) -> None:
     """``explain`` reports what ``scaled_mm`` would raise instead of raising: raise it here."""
     plan = mmaemu.explain(X, W.t(), ONE, ONE, out_dtype=torch.float32, **kwargs)  # type: ignore[arg-type]
     name, message = plan.validation
-    raise {"ValueError": ValueError, "TypeError": TypeError}[name](message)
+    raise {"ValueError": ValueError, "TypeError": TypeError, "UnknownNameError": mmaemu.UnknownNameError}[name](message)
 
 
 def _messages(kind: type[Exception], **bad: object) -> dict[str, str]:

@@ -14,7 +14,7 @@ from mmaemu.accumulation import Scheme
 from mmaemu.platforms.splitk import SplitSource
 from conftest import RECORDINGS, require
 from mmaemu.formats import Fp8Format, OutFormat
-from mmaemu.platforms.profiles import PROFILES, RENAMED, get_profile, profiles
+from mmaemu.platforms.profiles import PROFILES, get_profile, profiles
 from mmaemu.platforms.splitk import Problem, resolve_splitk
 from mmaemu.platforms.table import WS_BYTES, Setting, SplitTable
 
@@ -200,11 +200,13 @@ def test_profiles_registry() -> None:
     assert list(PROFILES) == ["hopper", "hopper-te", "hopper-ws0", "ada", "ada-te", "ada-ws0", "hopper-experimental",
                               "b200-mma-sync-experimental"]
     assert get_profile("hopper-te").workspace_bytes == 32 << 20 and get_profile("ada-te").workspace_bytes == 4 << 20
-    for old, new in RENAMED.items():
-        with pytest.raises(KeyError, match=new):
-            get_profile(old)
-    with pytest.raises(ValueError, match="accepted: 'hopper'"):
-        get_profile("h100")
+    for error in (ValueError, KeyError, mmaemu.UnknownNameError):  # one error type for every bad name
+        with pytest.raises(error, match="accepted: 'hopper'"):
+            get_profile("h100")
+    with pytest.raises(mmaemu.UnknownNameError, match="^unknown preset 'nope'"):
+        mmaemu.presets.get_preset("nope")
+    with pytest.raises(mmaemu.UnknownNameError, match="is not a backend"):
+        mmaemu.backends.parse_backend("gpu")
     with pytest.warns(mmaemu.ExperimentalPresetWarning):
         p = get_profile("hopper-experimental")
     with pytest.raises(mmaemu.SplitKUnknownError, match="no split-K table"):

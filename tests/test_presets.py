@@ -1,4 +1,4 @@
-"""The preset registry: a shipped preset object behaves exactly as its name (issue 24, item 6)."""
+"""The preset registry: a shipped preset object behaves exactly as its name."""
 
 from __future__ import annotations
 

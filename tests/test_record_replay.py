@@ -232,7 +232,7 @@ def test_recording_directory_must_be_new(recorded: Path) -> None:
 
 
 def test_the_bias_probes_decide_the_bias_order(recorded: Path, tmp_path: Path) -> None:
-    """Plumbing (issue 25): the recorder's bias probes tell the two candidate epilogues apart. The emulated GPU of
+    """Plumbing: the recorder's bias probes tell the two candidate epilogues apart. The emulated GPU of
     the shared recording computes 'after-scale'; one recorded here computes 'fused'; each verdict names its own, the
     profile built from it carries it, and its biased calls no longer warn as unverified."""
     from mmaemu.epilogue import BiasOrder

@@ -1,4 +1,4 @@
-"""Code written for mmaemu 0.1 (the seeds' README, ../shared/seeds/001_*) runs unchanged here (issue 25).
+"""Code written for mmaemu 0.1 (the seeds' README, ../shared/seeds/001_*) runs unchanged here.
 
 The quickstart and explain snippets below are the seeds' code as published; the assertions check the names
 and values the seeds print or cite: ``split.S``, enum fields printed as their values, ``plan.validated``.

@@ -19,8 +19,11 @@ from hypothesis import given, settings, strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import slowmodel as sm  # noqa: E402
+from conftest import require  # noqa: E402
 
-HW_DIR = Path(__file__).resolve().parents[2] / "shared" / "hw-vectors"
+from evidence import evidence_root  # noqa: E402
+
+HW_DIR = evidence_root() / "hw-vectors"
 FULL = os.environ.get("MMAEMU_FULL") == "1"
 SAMPLE = 300
 
@@ -55,9 +58,7 @@ E5M2_ONE = 0x3C  # 1.0
 )
 def test_hw_vectors(fname, block_size, use_c):
     path = HW_DIR / fname
-    if not path.exists():
-        pytest.skip(f"hardware vectors not available: {path} is absent (only CI has ../shared)")
-    d = np.load(path)
+    d = np.load(require(path))
     assert bool(d["c_applied"]) is use_c
     n = len(d["d_fp32_bits"]) if FULL else min(SAMPLE, len(d["d_fp32_bits"]))
     mismatches = []

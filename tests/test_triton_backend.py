@@ -268,7 +268,7 @@ def test_the_sm90_formulation_applies_only_there_and_to_the_hopper_arithmetic(mo
 @pytest.mark.parametrize("value,on", [("off", False), ("false", False), ("no", False), (" 0", False), ("OFF", False),
                                       ("1", True), ("yes", True), ("", True)])
 def test_the_native_switch_is_a_boolean_variable(monkeypatch: pytest.MonkeyPatch, value: str, on: bool) -> None:
-    """Issue 24, item 9. Old code: only the exact string "0" turned the sm_90 formulation off."""
+    """Old code: only the exact string "0" turned the sm_90 formulation off."""
     monkeypatch.setattr(triton_backend, "interpreting", lambda: False)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))

@@ -40,7 +40,10 @@ from mmaemu.platforms.table import (  # noqa: E402 - the package's one home of t
     table_codes,
 )
 
-DEFAULT_SRC = ROOT.parent / "shared" / "recordings" / "splitk"
+sys.path.insert(0, str(ROOT / "tests"))
+from evidence import evidence_root  # noqa: E402
+
+DEFAULT_SRC = evidence_root() / "recordings" / "splitk"
 DEFAULT_OUT = ROOT / "mmaemu" / "data" / "splitk"
 FORMAT = TABLE_FORMAT
 __all__ = ["setting_code", "pack_key", "convert_table", "convert", "serialise", "main"]

@@ -64,6 +64,8 @@ class Mutant:
     what: str
     tests: tuple[str, ...]
     equivalent: str | None = None
+    #: killed only when a test of each of these backends fails (the tests run to the end, not -x)
+    every_backend: tuple[str, ...] = ()
 
 
 MUTANTS: tuple[Mutant, ...] = (
@@ -137,6 +139,11 @@ MUTANTS: tuple[Mutant, ...] = (
            "for j in reversed(range(1, last))]", "pairwise: the remaining pairs in decreasing j", SPLIT),
     Mutant("pairwise-halving", "mmaemu/accumulation.py", "h = (parts + 1) // 2", "h = parts // 2",
            "pairwise pairs part j with j + floor(S/2)", SPLIT),
+    Mutant("combination-pairwise-as-serial-every-backend", "mmaemu/accumulation.py",
+           "    if scheme is Scheme.PAIRWISE:\n        return pairwise_steps(parts)\n",
+           "", "the one combination definition broken: every backend's recorded pairwise outputs must fail",
+           ("tests/test_against_slowmodel.py", "-k", "pairwise_order_on_every_backend", "-rf"),
+           every_backend=("reference", "cpu", "triton")),
     Mutant("serial-reversed", "mmaemu/accumulation.py",
            "return tuple((j,) for j in range(parts))",
            "return tuple((j,) for j in reversed(range(parts)))",
@@ -246,13 +253,20 @@ def _run_one(mutant: Mutant, work: Path) -> Outcome:
     env = dict(os.environ, PYTHONPATH=str(work), MMAEMU_SHARED=str(SHARED), PYTHONDONTWRITEBYTECODE="1",
                HYPOTHESIS_PROFILE="mutants")
     start = time.perf_counter()
+    stop = [] if mutant.every_backend else ["-x"]
     try:
-        proc = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:randomly", *mutant.tests],
+        proc = subprocess.run([sys.executable, "-m", "pytest", *stop, "-q", "-p", "no:randomly", *mutant.tests],
                               cwd=work, env=env, capture_output=True, text=True, check=False)
     finally:
         target.write_text(original)
     seconds = time.perf_counter() - start
     last = (proc.stdout.strip().splitlines() or [""])[-1]
+    if proc.returncode == 1 and mutant.every_backend:
+        failed = [line for line in proc.stdout.splitlines() if line.startswith("FAILED ")]
+        spared = [b for b in mutant.every_backend if not any(f"[{b}-" in line or f"[{b}]" in line for line in failed)]
+        if spared:
+            return Outcome(mutant.id, "survived", seconds, f"no test of backend(s) {spared} failed: {last}")
+        return Outcome(mutant.id, "killed", seconds, f"failed on every backend ({', '.join(mutant.every_backend)}): {last}")
     if proc.returncode == 1:
         return Outcome(mutant.id, "killed", seconds, last)
     if proc.returncode == 0:

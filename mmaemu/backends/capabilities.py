@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..errors import UnknownNameError
 from ..formats import FP8_DTYPES, WIDE_DTYPES
 from ..presets import Preset
 from . import cpu
@@ -72,7 +73,7 @@ def parse_backend(name: str | Backend) -> Backend:
     try:
         return Backend(name)
     except ValueError:
-        raise ValueError(f"backend={name!r} is not a backend; accepted: {accepted}") from None
+        raise UnknownNameError(f"backend={name!r} is not a backend; accepted: {accepted}") from None
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..accumulation import Scheme
 from ..epilogue import BiasOrder
-from ..errors import ExperimentalPresetWarning
+from ..errors import ExperimentalPresetWarning, UnknownNameError
 from ..presets import ADA, B200_MMA_SYNC, HOPPER, Maturity, Preset
 from .table import USER_TABLES, WS_BYTES, SplitTable, register_table
 
@@ -28,7 +28,6 @@ __all__ = [
     "Caller",
     "Profile",
     "PROFILES",
-    "RENAMED",
     "DEFAULT_PROFILE",
     "USER_PROFILES",
     "profiles",
@@ -171,15 +170,6 @@ PROFILES: dict[str, Profile] = {
     )
 }
 
-#: The names used before the profiles were renamed; they raise KeyError naming the new name.
-RENAMED = {
-    "hopper-h100pcie-torch": "hopper",
-    "hopper-h100pcie-te": "hopper-te",
-    "hopper-h100pcie-ws0": "hopper-ws0",
-    "ada-rtx4060-torch": "ada",
-    "ada-rtx4060-te": "ada-te",
-    "ada-rtx4060-ws0": "ada-ws0",
-}
 DEFAULT_PROFILE = "hopper"
 
 #: Profiles registered at run time (:func:`register_profile`), e.g. built from a recording.
@@ -192,7 +182,7 @@ def register_profile(profile: Profile, *, table: SplitTable | None = None, repla
     Raises:
         ValueError: the name is a shipped profile's, or already registered and ``replace`` is false.
     """
-    if profile.name in PROFILES or profile.name in RENAMED:
+    if profile.name in PROFILES:
         raise ValueError(f"profile {profile.name!r} is a shipped profile's name")
     if profile.name in USER_PROFILES and not replace:
         raise ValueError(f"profile {profile.name!r} is already registered (pass replace=True)")
@@ -224,9 +214,8 @@ def get_profile(profile: str | Profile | None, *, warn: bool = True) -> Profile:
     """Resolve a profile name (None: the process default). Experimental profiles warn.
 
     Raises:
-        KeyError: for a name used before the rename (the message names the new one).
-        ValueError: for an unknown name, listing the known profiles (naming ``MMAEMU_PROFILE`` when
-            the name came from it).
+        UnknownNameError: for an unknown name (a ``ValueError`` and a ``KeyError``), listing the known
+            profiles (naming ``MMAEMU_PROFILE`` when the name came from it).
         TypeError: ``profile`` is not a string, a :class:`Profile` or None.
     """
     if isinstance(profile, Profile):
@@ -238,15 +227,12 @@ def get_profile(profile: str | Profile | None, *, warn: bool = True) -> Profile:
     else:
         name = default_profile_name() if profile is None else profile
         source = f"MMAEMU_PROFILE={name!r} (the default profile)" if profile is None else f"profile={name!r}"
-        if name in RENAMED:
-            where = "MMAEMU_PROFILE: " if profile is None else ""
-            raise KeyError(f"{where}profile {name!r} was renamed to {RENAMED[name]!r}")
         try:
             found = PROFILES[name] if name in PROFILES else USER_PROFILES[name]
         except KeyError:
             known = ", ".join(repr(p) for p in [*PROFILES, *USER_PROFILES])
             fix = "; set it to one of them, or unset it for 'hopper'" if profile is None else ""
-            raise ValueError(f"{source} is not a profile; accepted: {known}{fix}") from None
+            raise UnknownNameError(f"{source} is not a profile; accepted: {known}{fix}") from None
     if warn and found.maturity is Maturity.EXPERIMENTAL:
         reason = ("its recording's replay did not prove every claim (see profile.evidence)" if found.evidence is not None
                   else "no reference platform's recordings back its split-K decisions")
