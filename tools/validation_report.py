@@ -231,10 +231,13 @@ def mutation_tier() -> list[str]:
     data = json.loads(MUTANTS_JSON.read_text())
     recorded = {m["id"]: m for m in data["mutants"]}
     current = {m.id: m for m in mutants.MUTANTS}
+    defaults = {"every_backend": []}  # fields added to the catalogue after a run, at their default
+
+    def fields(m: dict[str, Any]) -> dict[str, Any]:
+        return json.loads(json.dumps({**defaults, **{k: v for k, v in m.items() if k != "tests"}}))
+
     stale = sorted(i for i in set(recorded) | set(current)
-                   if i not in recorded or i not in current or
-                   {k: v for k, v in recorded[i].items() if k != "tests"} !=
-                   {k: v for k, v in vars(current[i]).items() if k != "tests"})
+                   if i not in recorded or i not in current or fields(recorded[i]) != fields(vars(current[i])))
     outcomes = {o["id"]: o for o in data["outcomes"]}
     counts = Counter(o["status"] for o in outcomes.values())
     lines += [f"{len(outcomes)} mutants: " + ", ".join(f"{counts[s]} {s}" for s in ("killed", "survived", "malformed",
