@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import model, ops, testing
 from .accumulation import Scheme, SplitK
-from .call import CallPlan, accumulate, explain, scaled_mm
+from .call import accumulate, scaled_mm
 from .epilogue import BiasOrder, epilogue
 from .functional import scaled_mm_v2
 from .errors import (
@@ -31,6 +31,7 @@ from .errors import (
     UnverifiedSplitWarning,
 )
 from .intercept import EmulationLog, emulate
+from .plan import CallPlan, explain
 from .platforms.profiles import Profile
 from .platforms.splitk import SplitDecision
 from .presets import Preset

@@ -32,7 +32,8 @@ from typing import TextIO
 
 import torch
 
-from .call import explain, scaled_mm
+from .call import scaled_mm
+from .plan import explain
 from .testing import assert_bitwise_equal
 from .version import __version__
 

@@ -355,27 +355,7 @@ def check_call(
     result_dtype = out.dtype if out is not None else (out_dtype if out_dtype is not None else mat1.dtype)
     if out is not None and out_dtype is not None and out_dtype != out.dtype:
         raise _reject("out_dtype must match output matrix type")
-    if mat1.dtype not in _FLOAT8:
-        raise _reject(f"Expected mat1 to be Float8 matrix got {scalar_type_name(mat1.dtype)}")
-    if mat2.dtype not in _FLOAT8:
-        raise _reject(f"Expected mat2 to be Float8 matrix got {scalar_type_name(mat2.dtype)}")
-    if mat1.dtype == torch.float8_e5m2 and mat2.dtype == torch.float8_e5m2:
-        raise _reject("Multiplication of two Float8_e5m2 matrices is not supported")
-    if bias is not None:
-        if result_dtype == torch.float32:
-            raise _reject("Bias is not supported when out_dtype is set to Float32")
-        if bias.dtype not in (torch.bfloat16, torch.float16):
-            raise _reject(f"Bias must be either Half or BFloat16, but got {scalar_type_name(bias.dtype)}")
-        if result_dtype in (torch.float32, torch.bfloat16) and bias.dtype != torch.bfloat16:
-            raise _reject(
-                f"Bias must be BFloat16 to compute {scalar_type_name(result_dtype)} output, "
-                f"but got {scalar_type_name(bias.dtype)}"
-            )
-        if result_dtype == torch.float16 and bias.dtype != torch.float16:
-            raise _reject(
-                f"Bias must be Float16 to compute {scalar_type_name(result_dtype)} output, "
-                f"but got {scalar_type_name(bias.dtype)}"
-            )
+    _check_operand_dtypes(mat1, mat2, bias, result_dtype)
     out_resized = out is not None and tuple(out.shape) != (m, n)
     read = [("mat1", mat1), ("mat2", mat2), ("scale_a", scale_a), ("scale_b", scale_b), ("bias", bias),
             ("scale_result", scale_result)]
@@ -385,6 +365,58 @@ def check_call(
         if resize_out:
             resize_out_like_torch(out, m, n)
         return _checked(m, n, k, mat1, mat2, result_dtype, use_fast_accum, empty=True)
+    _refuse_unmodelled_scaling(scaling, result_dtype, mat2)
+    if not (_mat1_layout_ok(mat1) and _mat2_layout_ok(mat2)):
+        raise _reject("Only multiplication of row-major and column-major matrices is supported by cuBLASLt")
+    out_fmt = _check_cublaslt(mat1, mat2, bias, result_dtype, m, n, k)
+    if bias is not None and out_fmt.fp8 is not None:
+        raise UnsupportedFeatureError(
+            "bias with an FP8 output is not modelled: where cuBLASLt adds the bias relative to scale_result is not "
+            "recorded (bf16 and fp16 outputs take a bias, experimentally)"
+        )
+    refuse_autograd(("mat1", mat1), ("mat2", mat2), ("scale_a", scale_a), ("scale_b", scale_b),
+                    ("scale_result", scale_result), ("out", out))
+    if mat1.device.type == "cpu":
+        check_cpu_subnormals()
+    if out is not None and not out_resized and not _out_layout_ok(out):
+        raise UnsupportedFeatureError(
+            "out= with this layout: torch 2.7.1 would compute into a contiguous copy and leave out unchanged; "
+            "pass a dense out (or a row- or column-major padded one), or no out"
+        )
+    if resize_out:
+        resize_out_like_torch(out, m, n)
+    return _checked(m, n, k, mat1, mat2, result_dtype, use_fast_accum, empty=False)
+
+
+def _check_operand_dtypes(mat1: torch.Tensor, mat2: torch.Tensor, bias: torch.Tensor | None,
+                          result_dtype: torch.dtype) -> None:
+    """torch 2.7.1's FP8 operand and bias dtype checks, in its order."""
+    if mat1.dtype not in _FLOAT8:
+        raise _reject(f"Expected mat1 to be Float8 matrix got {scalar_type_name(mat1.dtype)}")
+    if mat2.dtype not in _FLOAT8:
+        raise _reject(f"Expected mat2 to be Float8 matrix got {scalar_type_name(mat2.dtype)}")
+    if mat1.dtype == torch.float8_e5m2 and mat2.dtype == torch.float8_e5m2:
+        raise _reject("Multiplication of two Float8_e5m2 matrices is not supported")
+    if bias is None:
+        return
+    if result_dtype == torch.float32:
+        raise _reject("Bias is not supported when out_dtype is set to Float32")
+    if bias.dtype not in (torch.bfloat16, torch.float16):
+        raise _reject(f"Bias must be either Half or BFloat16, but got {scalar_type_name(bias.dtype)}")
+    if result_dtype in (torch.float32, torch.bfloat16) and bias.dtype != torch.bfloat16:
+        raise _reject(
+            f"Bias must be BFloat16 to compute {scalar_type_name(result_dtype)} output, "
+            f"but got {scalar_type_name(bias.dtype)}"
+        )
+    if result_dtype == torch.float16 and bias.dtype != torch.float16:
+        raise _reject(
+            f"Bias must be Float16 to compute {scalar_type_name(result_dtype)} output, "
+            f"but got {scalar_type_name(bias.dtype)}"
+        )
+
+
+def _refuse_unmodelled_scaling(scaling: ScalingType, result_dtype: torch.dtype, mat2: torch.Tensor) -> None:
+    """Row-wise scales (after torch's own checks of them) and block-wise scales: not modelled."""
     if scaling is ScalingType.ROW_WISE:
         if result_dtype != torch.bfloat16:
             raise _reject("Only bf16 high precision output types are supported for row-wise scaling.")
@@ -396,8 +428,11 @@ def check_call(
         )
     if scaling is ScalingType.BLOCK_WISE:
         raise UnsupportedFeatureError("block-wise (MX, e8m0) scales are not modelled")
-    if not (_mat1_layout_ok(mat1) and _mat2_layout_ok(mat2)):
-        raise _reject("Only multiplication of row-major and column-major matrices is supported by cuBLASLt")
+
+
+def _check_cublaslt(mat1: torch.Tensor, mat2: torch.Tensor, bias: torch.Tensor | None, result_dtype: torch.dtype,
+                    m: int, n: int, k: int) -> OutFormat:
+    """The reference cuBLASLt's rejections (data types, algorithms, alignment); the output format."""
     for dtype in (mat2.dtype, mat1.dtype, bias.dtype if bias is not None else None, result_dtype):
         if dtype is not None and dtype not in _CUDA_DATA_TYPES:
             raise _reject(
@@ -420,23 +455,7 @@ def check_call(
             f"CUDA error: CUBLAS_STATUS_NOT_SUPPORTED when calling cublasLtMatmul with transpose_mat1 t "
             f"transpose_mat2 n m {n} n {m} k {k} mat1_ld {lda} mat2_ld {ldb} result_ld {n} computeType 68 scaleType 0"
         )
-    if bias is not None and out_fmt.fp8 is not None:
-        raise UnsupportedFeatureError(
-            "bias with an FP8 output is not modelled: where cuBLASLt adds the bias relative to scale_result is not "
-            "recorded (bf16 and fp16 outputs take a bias, experimentally)"
-        )
-    refuse_autograd(("mat1", mat1), ("mat2", mat2), ("scale_a", scale_a), ("scale_b", scale_b),
-                    ("scale_result", scale_result), ("out", out))
-    if mat1.device.type == "cpu":
-        check_cpu_subnormals()
-    if out is not None and not out_resized and not _out_layout_ok(out):
-        raise UnsupportedFeatureError(
-            "out= with this layout: torch 2.7.1 would compute into a contiguous copy and leave out unchanged; "
-            "pass a dense out (or a row- or column-major padded one), or no out"
-        )
-    if resize_out:
-        resize_out_like_torch(out, m, n)
-    return _checked(m, n, k, mat1, mat2, result_dtype, use_fast_accum, empty=False)
+    return out_fmt
 
 
 def resize_out_like_torch(out: torch.Tensor | None, m: int, n: int, *, warn: bool = True) -> None:

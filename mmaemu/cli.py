@@ -29,7 +29,8 @@ import torch
 
 from .accumulation import AUTO, plan_accumulation, splitk_from_text
 from .backends import CONCRETE, Backend, parse_backend, resolve_backend, supports
-from .call import decide_split, explain, scaled_mm
+from .call import decide_split, scaled_mm
+from .plan import explain
 from .formats import FORMAT_NAMES, Fp8Format, OutFormat, dtype_from_name
 from .platforms.profiles import get_profile
 from .platforms.splitk import Problem

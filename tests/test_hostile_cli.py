@@ -21,7 +21,7 @@ from mmaemu.errors import RecordingDamagedError
 from mmaemu.recording import replay as replay_module
 from mmaemu.recording.record import main_record
 from mmaemu.recording.attestation import attest
-from mmaemu.recording.format import RecordingWriter, reseal
+from mmaemu.recording.writer import RecordingWriter, reseal
 from mmaemu.recording.replay import main_replay, replay
 
 

@@ -19,11 +19,10 @@ from mmaemu.recording.probes import (
     ProbeStage,
     analyse,
     candidate_plan,
-    probe_document,
-    results_from_document,
     split_probe,
     unsplit_probes,
 )
+from mmaemu.recording.verdict import probe_document, results_from_document
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

@@ -1,4 +1,4 @@
-"""The on-disk format of a reference-platform recording: the one strict reader, the writer, sealing.
+"""The on-disk format of a reference-platform recording and its one strict reader (the writer: :mod:`mmaemu.recording.writer`).
 
 A recording (written by ``python -m mmaemu record``, :mod:`mmaemu.recording.record`) is a directory:
 
@@ -42,10 +42,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from ..errors import RecordingDamagedError
-from ..platforms.table import WS_BYTES, check_table_columns, serialise_table
+from ..platforms.table import WS_BYTES, check_table_columns
 from .directory import RecordingDirectory
 from .records import (
     FORMAT,
@@ -60,15 +59,15 @@ from .records import (
 __all__ = [
     "DATA_FILES",
     "MAX_ARRAY_BYTES",
+    "MANIFEST",
     "MAX_CALL_BYTES",
     "SECTION_FILES",
     "Inspection",
     "Recording",
-    "RecordingWriter",
     "call_bytes",
     "inspect",
+    "read_manifest",
     "recording_digest",
-    "reseal",
 ]
 
 #: The data files of each section (what a complete section must have sealed in the manifest).
@@ -89,7 +88,6 @@ MAX_CALL_BYTES = 4 << 30
 #: What a file that does not parse raises while it is parsed (zip, zlib, numpy's format, JSON, text).
 _PARSE_ERRORS = (EOFError, ValueError, KeyError, TypeError, IndexError, zipfile.BadZipFile, zlib.error,
                  UnicodeDecodeError, OverflowError, RecursionError)
-_INT_OF_WIDTH = {1: torch.uint8, 2: torch.int16, 4: torch.int32}
 
 
 def call_bytes(call: CallRecord) -> int:
@@ -181,7 +179,7 @@ def _check_manifest(where: Path, manifest: dict[str, Any]) -> None:
         raise RecordingDamagedError(f"{where}: field grid.live_cost={live_cost!r} is not a positive integer")
 
 
-def _read_manifest(d: RecordingDirectory) -> dict[str, Any]:
+def read_manifest(d: RecordingDirectory) -> dict[str, Any]:
     where = d.root / MANIFEST
     text = d.read(MANIFEST, limit=_MAX_MANIFEST_BYTES)
     if text is None:
@@ -303,7 +301,7 @@ def inspect(path: str | os.PathLike[str]) -> Inspection:
     """
     with RecordingDirectory(path) as d:
         d.check_entries()
-        manifest = _read_manifest(d)
+        manifest = read_manifest(d)
         files: dict[str, str] = manifest.get("files", {})
         changed: list[str] = []
         damaged: dict[str, str] = {}
@@ -405,115 +403,3 @@ def _parse_calls(data: bytes, manifest: Mapping[str, Any]) -> list[CallRecord]:
             raise ValueError(f"line {i + 1}: {type(exc).__name__}: {exc}") from None
         calls.append(call)
     return calls
-
-
-class RecordingWriter:
-    """Writes a recording directory incrementally (each section's files as soon as it ends).
-
-    The manifest is rewritten after every section, so a recording stopped at any point reads back
-    with the sections it completed. Every file goes through
-    :class:`~mmaemu.recording.directory.RecordingDirectory` (new files, renamed into place).
-    """
-
-    def __init__(self, path: str | os.PathLike[str], *, environment: Mapping[str, Any], grid: Mapping[str, Any],
-                 budget: Mapping[str, Any]) -> None:
-        """Create the directory (it must be empty or absent) and write the initial manifest."""
-        self.path = Path(path)
-        if self.path.exists() and any(self.path.iterdir()):
-            raise FileExistsError(f"{self.path} is not empty: a recording needs a fresh directory")
-        self._dir = RecordingDirectory(self.path, create=True)
-        from ..version import __version__
-
-        self.manifest: dict[str, Any] = {
-            "format": FORMAT,
-            "format_version": FORMAT_VERSION,
-            "mmaemu": __version__,
-            "environment": dict(environment),
-            "grid": dict(grid),
-            "budget": dict(budget),
-            "sections": {s.value: SectionStatus.PENDING.value for s in Section},
-            "files": {},
-        }
-        self._calls = self._dir.create("calls.jsonl")
-        self._outputs: dict[str, np.ndarray] = {}
-        self.flush()
-
-    def set_section(self, section: Section, status: SectionStatus, **details: Any) -> None:
-        """Record a section's status (and details such as row counts) and rewrite the manifest."""
-        self.manifest["sections"][section.value] = status.value
-        if details:
-            self.manifest.setdefault("section_details", {})[section.value] = details
-        self.flush()
-
-    def update(self, key: str, value: Any) -> None:
-        """Set a top-level manifest entry (e.g. the budget's final state)."""
-        self.manifest[key] = value
-        self.flush()
-
-    def write_table(self, arrays: Mapping[str, np.ndarray], info: Mapping[str, Any]) -> None:
-        """Write ``heuristics.npz`` / ``heuristics.json``."""
-        npz, info_json = serialise_table(arrays, info)
-        self._dir.write("heuristics.npz", npz)
-        self._dir.write("heuristics.json", info_json)
-        self.flush()
-
-    def add_call(self, record: CallRecord, output: torch.Tensor | None) -> None:
-        """Append a call record; keep its output bits when ``record.stored``."""
-        self._calls.write(json.dumps(record.to_json(), sort_keys=True) + "\n")
-        self._calls.flush()
-        if record.stored and output is not None:
-            c = output.detach().contiguous().cpu()
-            self._outputs[f"out{record.id}"] = c.view(_INT_OF_WIDTH[c.element_size()]).numpy().copy()
-
-    def _write_npz(self, name: str, arrays: Mapping[str, np.ndarray]) -> None:
-        buf = io.BytesIO()
-        np.savez_compressed(buf, **dict(arrays))  # type: ignore[arg-type]
-        self._dir.write(name, buf.getvalue())
-
-    def write_calls(self) -> None:
-        """Write ``calls.npz`` (the stored outputs)."""
-        self._write_npz("calls.npz", self._outputs)
-        self.flush()
-
-    def write_probes(self, doc: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> None:
-        """Write ``probes.json`` and ``probes.npz``."""
-        self._dir.write("probes.json", (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode())
-        self._write_npz("probes.npz", arrays)
-        self.flush()
-
-    def flush(self) -> None:
-        """Recompute the data files' sha256 and rewrite ``manifest.json``."""
-        if not self._calls.closed:
-            self._calls.flush()
-        files = {}
-        for name in DATA_FILES:
-            data = self._dir.read(name)
-            if data is not None:
-                files[name] = sha256_bytes(data)
-        self.manifest["files"] = files
-        self._dir.write(MANIFEST, (json.dumps(self.manifest, indent=1, sort_keys=True) + "\n").encode())
-
-    def close(self) -> None:
-        """Close ``calls.jsonl`` and write the final manifest."""
-        if not self._calls.closed:
-            self._calls.close()
-        self.flush()
-        self._dir.close()
-
-
-def reseal(path: str | os.PathLike[str]) -> None:
-    """Recompute a recording's file digests in its manifest (after editing a file on purpose).
-
-    Raises:
-        RecordingDamagedError: the directory holds a link or a special file, or its manifest is damaged.
-    """
-    with RecordingDirectory(path) as d:
-        d.check_entries()
-        manifest = _read_manifest(d)
-        files = {}
-        for name in manifest.get("files", {}):
-            data = d.read(name)
-            if data is not None:
-                files[name] = sha256_bytes(data)
-        manifest["files"] = files
-        d.write(MANIFEST, (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())

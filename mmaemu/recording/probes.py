@@ -30,9 +30,8 @@ candidate that fits outside them, or says that none fits.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import enum
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,12 +48,9 @@ from ..accumulation import (
 )
 from ..backends import reference
 from ..epilogue import BiasOrder, epilogue
-from ..errors import RecordingDamagedError
 from ..formats import Fp8Format
-from ..platforms.profiles import SplitFamily, get_profile
+from ..platforms.profiles import SplitFamily
 from ..presets import ADA, B200_MMA_SYNC, HOPPER, CMode, Maturity, Preset, Rounding
-from .bias import BiasResult, bias_results, fitting_orders
-from .format import Recording
 
 __all__ = [
     "CANDIDATES",
@@ -65,12 +61,10 @@ __all__ = [
     "ProbeStage",
     "ProbeVerdict",
     "analyse",
+    "one_thread",
     "candidate_plan",
-    "probe_document",
-    "results_from_document",
     "split_probe",
     "unsplit_probes",
-    "verdict_from_recording",
 ]
 
 PROBES_FORMAT = "mmaemu-probes/1"
@@ -385,7 +379,7 @@ class ProbeVerdict:
 
 
 @contextlib.contextmanager
-def _one_thread() -> Iterator[None]:
+def one_thread() -> Iterator[None]:
     """Run torch on one thread: the probes' tensors are tiny, and spare threads only contend."""
     before = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -405,7 +399,7 @@ def analyse(results: Sequence[ProbeResult], candidates: Iterable[Candidate] = CA
     Returns:
         The verdict; ``fits`` is False when none fits.
     """
-    with _one_thread():
+    with one_thread():
         return _analyse(results, candidates)
 
 
@@ -479,145 +473,3 @@ def _analyse(results: Sequence[ProbeResult], candidates: Iterable[Candidate]) ->
         custom_schemes={k: tuple(sorted(v)) for k, v in custom_schemes.items()}, notes=tuple(notes), fits=fits,
         summary=summary,
     )
-
-
-# --------------------------------------------------------------------------------------------------
-# probes.json / probes.npz
-# --------------------------------------------------------------------------------------------------
-
-
-def probe_document(results: Sequence[ProbeResult], errors: Mapping[str, str] | None = None,
-                   extra: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """``probes.json`` and the arrays of ``probes.npz`` for probe results."""
-    doc: dict[str, Any] = {"format": PROBES_FORMAT, "probes": [], "errors": dict(errors or {}), **dict(extra or {})}
-    arrays: dict[str, np.ndarray] = {}
-    for r in results:
-        rows, cols = r.output.shape
-        m, n, k = r.probe.shape
-        doc["probes"].append({"name": r.probe.name, "stage": r.probe.stage.value, "m": m, "n": n, "k": k,
-                              "fast": r.probe.fast, "fmt_a": str(r.probe.a.dtype).replace("torch.", ""),
-                              "fmt_b": str(r.probe.b.dtype).replace("torch.", ""), "S": r.S, "custom": r.custom,
-                              "compared": [rows, cols]})
-        arrays[f"a_{r.probe.name}"] = r.probe.a[:rows].view(torch.uint8).numpy().copy()
-        arrays[f"b_{r.probe.name}"] = r.probe.b[:cols].view(torch.uint8).numpy().copy()
-        arrays[f"out_{r.probe.name}"] = r.output.contiguous().view(torch.int32).numpy().view(np.uint32).copy()
-    return doc, arrays
-
-
-
-
-def results_from_document(doc: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> list[ProbeResult]:
-    """Probe results back from ``probes.json`` and ``probes.npz`` (inputs cut to the compared corner).
-
-    Both come from a recording, untrusted: every field and array is checked before it is used.
-
-    Raises:
-        RecordingDamagedError: naming the probe and the field (a missing or mistyped field, an unknown
-            stage or format, S or customOption outside a byte, an array of another shape or dtype).
-    """
-    probes = doc.get("probes", [])
-    if not isinstance(probes, list) or len(probes) > _MAX_PROBES:
-        raise RecordingDamagedError(f"probes.json: field 'probes' is not a list of at most {_MAX_PROBES} probes")
-    results = []
-    names: set[str] = set()
-    for i, p in enumerate(probes):
-        try:
-            result = _probe_result(p, arrays)
-            if p["name"] in names:
-                raise ValueError(f"field 'name'={p['name']!r} repeats an earlier probe's")
-            names.add(p["name"])
-        except (ValueError, KeyError, TypeError) as exc:
-            raise RecordingDamagedError(f"probes.json: probe {i}: {exc}") from None
-        if result is not None:
-            results.append(result)
-    return results
-
-
-#: The most probes a recording holds, and the most multiply-adds one probe's analysis may cost per
-#: candidate (rows x columns x K): the recorder's arithmetic and slow probes are 2**18, its split probes'
-#: compared corners 16 x 16 with K up to 2**20.
-_MAX_PROBES = 64
-_PROBE_COST = {"arithmetic": 1 << 20, "slow-interval": 1 << 20, "split": 1 << 28}
-
-
-_PROBE_INTS = {"m": (1, 1 << 21), "n": (1, 1 << 21), "k": (1, 1 << 21), "S": (1, 256), "custom": (0, 256)}
-_FP8_NAMES = {str(f.dtype).replace("torch.", ""): f.dtype for f in Fp8Format}
-
-
-def _probe_result(p: Any, arrays: Mapping[str, np.ndarray]) -> ProbeResult | None:
-    """One probe's result (None when the GPU returned no output for it); ValueError naming the field."""
-    if not isinstance(p, dict):
-        raise ValueError("not a JSON object")
-    name = p.get("name")
-    if not isinstance(name, str) or not name or len(name) > 128 or not all(c.isalnum() or c in "_-." for c in name):
-        raise ValueError(f"field 'name'={name!r} is not a plain name")
-    for key, (lo, hi) in _PROBE_INTS.items():
-        value = p.get(key)
-        if isinstance(value, bool) or not isinstance(value, int) or not lo <= value < hi:
-            raise ValueError(f"field {key!r}={value!r} is not an integer in [{lo}, {hi})")
-    if not isinstance(p.get("fast"), bool):
-        raise ValueError(f"field 'fast'={p.get('fast')!r} is not true or false")
-    stages = [s.value for s in ProbeStage]
-    if p.get("stage") not in stages:
-        raise ValueError(f"field 'stage'={p.get('stage')!r} is not one of {stages}")
-    stage = ProbeStage(p["stage"])
-    dtypes = []
-    for key in ("fmt_a", "fmt_b"):
-        if p.get(key) not in _FP8_NAMES:
-            raise ValueError(f"field {key!r}={p.get(key)!r} is not one of {sorted(_FP8_NAMES)}")
-        dtypes.append(_FP8_NAMES[p[key]])
-    if f"out_{name}" not in arrays:
-        return None
-    a, b, out = (np.ascontiguousarray(arrays.get(f"{x}_{name}")) for x in ("a", "b", "out"))
-    rows, cols, k = out.shape[0] if out.ndim == 2 else -1, out.shape[1] if out.ndim == 2 else -1, p["k"]
-    for what, arr, shape, dtype in (("a", a, (rows, k), np.uint8), ("b", b, (cols, k), np.uint8),
-                                    ("out", out, (rows, cols), np.uint32)):
-        if arr.shape != shape or arr.dtype != dtype or not 0 < rows <= p["m"] or not 0 < cols <= p["n"]:
-            raise ValueError(f"array {what}_{name} is {arr.dtype} {arr.shape}, not {np.dtype(dtype)} {shape} (within "
-                             f"m = {p['m']}, n = {p['n']})")
-    if rows * cols * k > _PROBE_COST[stage.value]:
-        raise ValueError(f"{rows} x {cols} outputs of K = {k}: more work than a {stage.value} probe may take "
-                         f"({_PROBE_COST[stage.value]:,} multiply-adds per candidate)")
-    if p.get("compared") != [rows, cols]:
-        raise ValueError(f"field 'compared'={p.get('compared')!r} is not the output's shape [{rows}, {cols}]")
-    ta = torch.from_numpy(a).view(dtypes[0])
-    tb = torch.from_numpy(b).view(dtypes[1])
-    t_out = torch.from_numpy(out.view(np.int32)).view(torch.float32)
-    return ProbeResult(ProbeInput(name, stage, ta, tb, p["fast"]), t_out, p["S"], p["custom"])
-
-
-_VERDICTS: dict[tuple[str, str], ProbeVerdict] = {}
-
-
-def verdict_from_recording(rec: Recording) -> ProbeVerdict:
-    """The probes' verdict for a recording (no probes: a verdict that fits nothing).
-
-    The verdict is a function of ``probes.json`` and ``probes.npz`` only; it is cached per process by
-    their sha256.
-    """
-    key = tuple(rec.files.get(name, "") for name in ("probes.json", "probes.npz"))
-    cached = _VERDICTS.get((key[0], key[1]))
-    if cached is not None:
-        return cached
-    doc = rec.probes()
-    results = results_from_document(doc, rec.probe_arrays()) if doc is not None else []
-    verdict = analyse(results)
-    biased = bias_results(doc, rec.probe_arrays()) if doc is not None else []
-    if biased:
-        verdict = _with_bias(verdict, biased)
-    _VERDICTS[(key[0], key[1])] = verdict
-    return verdict
-
-
-def _with_bias(verdict: ProbeVerdict, biased: Sequence[BiasResult]) -> ProbeVerdict:
-    """The verdict with the bias probes' answer (which bias orders fit, under the verdict's preset)."""
-    if verdict.preset is None:
-        return dataclasses.replace(verdict, bias_probes=len(biased), summary=verdict.summary + "; bias probes not "
-                                   "analysed (no preset)")
-    profile = dataclasses.replace(get_profile("hopper", warn=False), name="bias-probes", preset=verdict.preset,
-                                  table_id=None, maturity=verdict.preset.maturity)
-    with _one_thread():
-        orders = fitting_orders(biased, profile)
-    said = ", ".join(o.value for o in orders) if orders else "none"
-    return dataclasses.replace(verdict, bias_probes=len(biased), bias_orders=orders, fits=verdict.fits and bool(orders),
-                               summary=f"{verdict.summary}; bias order {said}")

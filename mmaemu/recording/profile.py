@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from ..platforms.profiles import Caller, Profile, SplitFamily, register_profile
@@ -19,7 +20,8 @@ from .attestation import attested
 from .directory import RecordingDirectory
 from .envelope import TableRows, fit_envelope, heldout_mask, validate_envelope
 from .format import Recording
-from .probes import ProbeVerdict, verdict_from_recording
+from .probes import ProbeVerdict
+from .verdict import verdict_from_recording
 from .records import sha256_bytes
 
 __all__ = ["profile_from_recording", "register_recording", "replay_report"]
@@ -71,7 +73,7 @@ def profile_from_recording(directory: str | os.PathLike[str] | Recording, *, nam
         split_family: a :class:`~mmaemu.platforms.profiles.SplitFamily` to use instead of the probes' verdict.
         report: a replay report (default: ``replay.json`` in the directory, if present).
         register: also :func:`~mmaemu.platforms.profiles.register_profile` it (with its table).
-        verdict: the probes' verdict, when already computed (:func:`mmaemu.recording.probes.verdict_from_recording`).
+        verdict: the probes' verdict, when already computed (:func:`mmaemu.recording.verdict.verdict_from_recording`).
 
     Raises:
         RecordingDamagedError: the recording is damaged (a changed, missing, unsealed or malformed file, a
@@ -81,70 +83,38 @@ def profile_from_recording(directory: str | os.PathLike[str] | Recording, *, nam
         TypeError: ``split_family``, ``report`` or ``verdict`` of the wrong type.
         KeyError, UnsupportedFeatureError: ``preset`` is not an FP8 preset (:func:`~mmaemu.presets.get_preset`).
     """
-    if split_family is not None and not isinstance(split_family, SplitFamily):
-        raise TypeError(f"split_family must be a SplitFamily or None, got {split_family!r}")
-    if report is not None and not isinstance(report, Mapping):
-        raise TypeError(f"report must be a replay report (a dict, ReplayReport.to_json()) or None, got {type(report).__name__}")
-    if verdict is not None and not isinstance(verdict, ProbeVerdict):
-        raise TypeError(f"verdict must be a ProbeVerdict or None, got {type(verdict).__name__}")
-    if preset is not None:
-        preset = get_preset(preset, warn=False)  # an FP8 preset, by name or object; zoo presets are refused
+    preset = _checked_options(preset, split_family, report, verdict)
     rec = directory if isinstance(directory, Recording) else Recording.open(directory)
     if not rec.has_table():
         raise ValueError(f"{rec.path}: the recording has no heuristic table (its heuristics section did not run)")
     env = rec.environment
     columns = rec.table_columns()
-    # [Note: derived, not trusted] the settings' statistics are recomputed from the sealed columns; the
-    # recorded info contributes descriptions only.
-    info = {**rec.table_info(), "settings": setting_statistics(columns), "rows": len(columns["key"]),
-            "split_rows": int((columns["S"] > 1).sum())}
     rows = TableRows.of(columns)
     held = heldout_mask(rows)
     envelope = fit_envelope(rows.select(~held))
     envelope["validation"] = validate_envelope(envelope, rows.select(held))
-    if report is None:
-        report = replay_report(rec)
-    report_attested = report is not None and attested(report)
-    report_valid = report_attested and report is not None and report.get("recording_digest") == rec.digest
     if verdict is None:
         verdict = verdict_from_recording(rec)
     chosen_preset = preset if preset is not None else verdict.preset
     if chosen_preset is None:
         raise ValueError(f"{rec.path}: the probes fit no preset ({verdict.summary}); pass preset= to build a profile anyway")
     family = split_family if split_family is not None else verdict.split_family
-    has_splits = bool((rows.S > 1).any())
     if family is None:
-        if has_splits:
+        if bool((rows.S > 1).any()):
             raise ValueError(f"{rec.path}: the probes decide no split family ({verdict.summary}); pass split_family=")
         family = SplitFamily.CONTIGUOUS
     ws = int(workspace_bytes if workspace_bytes is not None else env.get("torch_workspace_bytes", 1 << 20))
     if ws == 0 and bool((rows.S[(rows.setting & 3) == WS_BYTES.index(0)] > 1).any()):
         raise ValueError(f"{rec.path}: this GPU split K without a workspace; a workspace-0 profile would be wrong off the table")
-    # a replay proves this profile only if it ran with this profile's preset and split family
-    same_model = report is not None and (report.get("preset"), report.get("split_family")) == (
-        getattr(chosen_preset, "name", None), family.name.lower())
-    verified = (sorted({tuple(c) for c in (report or {}).get("verified_combos", [])}) if report_valid and same_model
-                else [])
-    table_id = f"heur_{_slug(str(env.get('gpu', 'gpu')))}_lt{env.get('cublaslt', 'unknown')}_{rec.digest[:8]}"
-    info = {**info, "table_id": table_id, "envelope": envelope, "verified_combos": [list(c) for c in verified]}
-    info_hash = sha256_bytes(json.dumps(info, sort_keys=True, default=str).encode())[:6]
-    table_id = info["table_id"] = f"{table_id}{info_hash}"
-    table = SplitTable.from_arrays(table_id, info, columns)
-    replay_passed = bool(report_valid and report is not None and report.get("passed") and same_model)
-    live_equal = int((report or {}).get("calls", {}).get("equal", 0)) if report_valid else 0
-    validated = replay_passed and live_equal > 0 and preset is None and verdict.preset is not None
+    proof = _ReplayProof.of(report if report is not None else replay_report(rec), rec, chosen_preset, family)
+    table = _table(rec, columns, envelope, proof)
+    validated = proof.passed and proof.live_equal > 0 and preset is None and verdict.preset is not None
     env_status = {ws_: v["status"] for ws_, v in envelope["validation"].items()}
     evidence = {
         "recording": str(rec.path), "recording_digest": rec.digest,
         "sections": dict(rec.manifest.get("sections", {})),
-        "replay": ("not run" if report is None
-                   else "not attested (written elsewhere or edited): replay the recording on this machine"
-                   if not report_attested else "for another recording" if not report_valid
-                   else "under another preset or split family" if not same_model
-                   else "passed" if replay_passed else "failed"),
-        "live_calls_equal": live_equal,
-        "live_calls": int((report or {}).get("calls", {}).get("total", 0)) if report_valid else 0,
-        "verified_split_combos": len(verified),
+        "replay": proof.status, "live_calls_equal": proof.live_equal, "live_calls": proof.live_total,
+        "verified_split_combos": len(proof.verified),
         "probes": verdict.summary, "preset_from": "probes" if preset is None else "argument",
         "split_family_from": "probes" if split_family is None and verdict.split_family is not None else
                              ("argument" if split_family is not None else "no splits recorded"),
@@ -153,22 +123,14 @@ def profile_from_recording(directory: str | os.PathLike[str] | Recording, *, nam
                        else "not decided" if verdict.bias_probes else "not recorded"),
     }
     source = (f"recording {rec.path.name} ({env.get('gpu')}, cuBLASLt {env.get('cublaslt')}, digest {rec.digest[:12]}): "
-              f"replay {evidence['replay']}, {live_equal} of {evidence['live_calls']} live calls equal; "
+              f"replay {proof.status}, {proof.live_equal} of {proof.live_total} live calls equal; "
               f"{len(rows):,} heuristic rows; envelope {env_status or 'none'}; probes: {verdict.summary}")
     profile = Profile(
-        name=name or f"rec-{_slug(str(env.get('gpu', 'gpu')))}-{rec.digest[:8]}",
-        preset=chosen_preset,
-        split_family=family,
-        gpu=str(env.get("gpu", "unknown")),
-        sm_count=int(env.get("sm_count") or 1),
-        cublaslt=str(env.get("cublaslt", "unknown")),
-        torch_version=str(env.get("torch", "unknown")),
-        caller=Caller.TORCH,
-        workspace_bytes=ws,
-        maturity=Maturity.VALIDATED if validated else Maturity.EXPERIMENTAL,
-        table_id=table_id,
-        source=source,
-        evidence=evidence,
+        name=name or f"rec-{_slug(str(env.get('gpu', 'gpu')))}-{rec.digest[:8]}", preset=chosen_preset,
+        split_family=family, gpu=str(env.get("gpu", "unknown")), sm_count=int(env.get("sm_count") or 1),
+        cublaslt=str(env.get("cublaslt", "unknown")), torch_version=str(env.get("torch", "unknown")),
+        caller=Caller.TORCH, workspace_bytes=ws, maturity=Maturity.VALIDATED if validated else Maturity.EXPERIMENTAL,
+        table_id=table.table_id, source=source, evidence=evidence,
         bias_order=verdict.bias_order if preset is None else None,
     )
     if register:
@@ -176,6 +138,60 @@ def profile_from_recording(directory: str | os.PathLike[str] | Recording, *, nam
     else:
         register_table(table, replace=True)
     return profile
+
+
+def _checked_options(preset: str | Preset | None, split_family: SplitFamily | None, report: object,
+                     verdict: object) -> Preset | None:
+    """The preset resolved, after checking every option's type (nothing has been read yet)."""
+    if split_family is not None and not isinstance(split_family, SplitFamily):
+        raise TypeError(f"split_family must be a SplitFamily or None, got {split_family!r}")
+    if report is not None and not isinstance(report, Mapping):
+        raise TypeError(f"report must be a replay report (a dict, ReplayReport.to_json()) or None, got {type(report).__name__}")
+    if verdict is not None and not isinstance(verdict, ProbeVerdict):
+        raise TypeError(f"verdict must be a ProbeVerdict or None, got {type(verdict).__name__}")
+    return None if preset is None else get_preset(preset, warn=False)  # FP8 presets only; zoo presets are refused
+
+
+@dataclass(frozen=True)
+class _ReplayProof:
+    """What a replay report proves for a profile of this recording, preset and split family."""
+
+    status: str
+    passed: bool
+    live_equal: int
+    live_total: int
+    verified: list[tuple[Any, ...]]
+
+    @staticmethod
+    def of(report: Mapping[str, Any] | None, rec: Recording, preset: Preset, family: SplitFamily) -> _ReplayProof:
+        if report is None:
+            return _ReplayProof("not run", False, 0, 0, [])
+        if not attested(report):
+            return _ReplayProof("not attested (written elsewhere or edited): replay the recording on this machine",
+                                False, 0, 0, [])
+        if report.get("recording_digest") != rec.digest:
+            return _ReplayProof("for another recording", False, 0, 0, [])
+        calls = report.get("calls", {})
+        equal, total = int(calls.get("equal", 0)), int(calls.get("total", 0))
+        # a replay proves this profile only if it ran with this profile's preset and split family
+        if (report.get("preset"), report.get("split_family")) != (preset.name, family.name.lower()):
+            return _ReplayProof("under another preset or split family", False, equal, total, [])
+        verified = sorted({tuple(c) for c in report.get("verified_combos", [])})
+        passed = bool(report.get("passed"))
+        return _ReplayProof("passed" if passed else "failed", passed, equal, total, verified)
+
+
+def _table(rec: Recording, columns: dict[str, Any], envelope: dict[str, Any], proof: _ReplayProof) -> SplitTable:
+    """The recording's split-K table, its id bound to the recording's digest and to what it says."""
+    env = rec.environment
+    # [Note: derived, not trusted] the settings' statistics are recomputed from the sealed columns; the
+    # recorded info contributes descriptions only.
+    table_id = f"heur_{_slug(str(env.get('gpu', 'gpu')))}_lt{env.get('cublaslt', 'unknown')}_{rec.digest[:8]}"
+    info = {**rec.table_info(), "settings": setting_statistics(columns), "rows": len(columns["key"]),
+            "split_rows": int((columns["S"] > 1).sum()), "table_id": table_id, "envelope": envelope,
+            "verified_combos": [list(c) for c in proof.verified]}
+    info["table_id"] = f"{table_id}{sha256_bytes(json.dumps(info, sort_keys=True, default=str).encode())[:6]}"
+    return SplitTable.from_arrays(info["table_id"], info, columns)
 
 
 def register_recording(directory: str | os.PathLike[str], **options: Any) -> Profile:

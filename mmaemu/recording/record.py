@@ -47,7 +47,7 @@ from ..platforms.table import (
 from .bias import BiasResult, bias_document, bias_probes
 from .budget import Budget
 from .device import CudaDevice, Device, default_torch_workspace
-from .format import RecordingWriter
+from .writer import RecordingWriter
 from .records import (
     CallRecord,
     DataKind,
@@ -66,10 +66,10 @@ from .probes import (
     ProbeResult,
     ProbeStage,
     analyse,
-    probe_document,
     split_probe,
     unsplit_probes,
 )
+from .verdict import probe_document
 
 __all__ = ["Recorder", "check_out", "main_record", "record"]
 

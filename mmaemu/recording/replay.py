@@ -55,7 +55,8 @@ from .directory import RecordingDirectory
 from .envelope import TableRows
 from .format import SECTION_FILES, Inspection, Recording, inspect
 from .inputs import call_inputs, inputs_sha256
-from .probes import ProbeVerdict, verdict_from_recording
+from .probes import ProbeVerdict
+from .verdict import verdict_from_recording
 from .profile import profile_from_recording
 from .records import CallClass, CallRecord, Section, SectionStatus, fp32_scalar, output_bytes, output_sha256
 
