@@ -413,7 +413,11 @@ def _prepare_cpu_runtime() -> str | None:
     try:
         import vortex.model.model  # noqa: F401
     except ImportError as exc:
-        return f"vortex is not installed ({exc}); install it with: pip install vtx==1.1.0"
+        missing = getattr(exc, "name", None) or ""
+        if missing.split(".")[0] in ("vortex", ""):
+            return f"vortex is not installed ({exc}); install it with: pip install vtx==1.1.0"
+        return (f"vortex is installed but cannot be imported: it needs the module {missing!r}, which is "
+                f"missing ({exc}); install it (for 'triton': pip install triton) and run again")
     import logging
 
     logging.getLogger("vortex").setLevel(logging.WARNING)

@@ -401,7 +401,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="the quickstart GEMM under the hopper and ada profiles, on the CPU")
     demo.set_defaults(run=_demo)
-    ex = sub.add_parser("explain", help="the plan of a torch._scaled_mm call of shape M x K @ K x N, without computing it")
+    ex = sub.add_parser(
+        "explain", help="the plan of a torch._scaled_mm call of shape M x K @ K x N, without computing it",
+        epilog="Exit status: 0 when the call would run, 1 when it would raise (the plan says what and why: for an "
+               "undecided split-K, what each source found and what to do), 2 for a usage error.",
+    )
     ex.add_argument("M", type=_dim)
     ex.add_argument("N", type=_dim)
     ex.add_argument("K", type=_dim)

@@ -24,6 +24,7 @@ __all__ = [
     "UnvalidatedEnvelopeWarning",
     "ExperimentalPresetWarning",
     "UnverifiedEpilogueWarning",
+    "InferredSplitWarning",
 ]
 
 
@@ -97,3 +98,8 @@ class ExperimentalPresetWarning(MmaemuWarning):
 
 class UnverifiedEpilogueWarning(MmaemuWarning):
     """An epilogue step no hardware recording has decided (``bias=``: where cuBLASLt adds the bias)."""
+
+
+class InferredSplitWarning(MmaemuWarning):
+    """A split-K decision inferred by a rule that every recorded row obeys, not read from a recorded row
+    (``source="inference"``, experimental: ``MMAEMU_SPLITK_STRICT=1`` refuses it)."""

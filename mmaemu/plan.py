@@ -2,7 +2,8 @@
 
 The plan runs the same checks and decisions as the call (:func:`mmaemu.call.prepare_call`), so a refusal
 it reports is exactly the exception ``scaled_mm`` would raise, and the warnings it lists are the ones the
-call would emit; nothing is modified, ``out`` included.
+call would emit; nothing is modified, ``out`` included. For a call no split-K source decides, the plan
+also says what each source found (:func:`mmaemu.platforms.splitk.trace_splitk`) and what to do.
 """
 
 from __future__ import annotations
@@ -19,16 +20,24 @@ import torch
 from .accumulation import SplitKSpec
 from .backends import Backend, auto_fallback
 from .call import prepare_call
-from .checks import CheckedCall
+from .checks import CheckedCall, check_call
 from .errors import (
     ExperimentalPresetWarning,
+    InferredSplitWarning,
     MmaemuError,
+    SplitKUnknownError,
     UnvalidatedEnvelopeWarning,
     UnverifiedEpilogueWarning,
     UnverifiedSplitWarning,
 )
 from .platforms.profiles import Profile, get_profile
-from .platforms.splitk import SplitDecision
+from .platforms.splitk import (
+    Problem,
+    SplitDecision,
+    SplitStep,
+    splitk_advice,
+    trace_splitk,
+)
 from .presets import Maturity
 
 __all__ = ["CallPlan", "explain"]
@@ -54,6 +63,9 @@ class CallPlan:
             and preset are validated, its split-K decision is verified, and nothing it does warns
             as unverified or experimental.
         reason: why ``validated`` is False (None when it is True).
+        split_steps: for a call no split-K source decides (``SplitKUnknownError``), what each source of
+            ``splitk="auto"`` found, in order; empty otherwise.
+        advice: for such a call, what is known nearby and what to do, one sentence each.
     """
 
     validation: str | tuple[str, str]
@@ -69,6 +81,8 @@ class CallPlan:
     warnings: tuple[tuple[str, str], ...] = ()
     validated: bool = False
     reason: str | None = None
+    split_steps: tuple[SplitStep, ...] = ()
+    advice: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -80,13 +94,23 @@ class CallPlan:
         shape = "?" if self.shape is None else " x ".join(str(d) for d in self.shape)
         lines = [f"mmaemu plan for M x N x K = {shape} -> {self.out_dtype}, use_fast_accum={self.use_fast_accum}, "
                  f"profile {self.profile!r}"]
-        lines.append("  runs:       yes" if self.ok else f"  runs:       no, {self.validation[0]}: {self.validation[1]}")
+        if self.ok:
+            lines.append("  runs:       yes")
+        elif self.split_steps:  # the steps and the advice below say the rest of the message
+            lines.append(f"  runs:       no, {self.validation[0]}: {_first_sentence(self.validation[1])}")
+        else:
+            lines.append(f"  runs:       no, {self.validation[0]}: {self.validation[1]}")
         lines.append("  validated:  yes, on recorded hardware output" if self.validated else f"  validated:  no: {self.reason}")
         lines.append(f"  preset:     {self.preset} ({self.preset_maturity})")
         if self.split is not None:
             d = self.split
             lines.append(f"  split-K:    S = {d.parts}, {d.scheme.value}, from {d.source.value} "
                          f"({'verified' if d.verified else 'not verified'}): {d.note}")
+        if self.split_steps:
+            lines.append("  split-K:    undecided; each source of splitk=\"auto\", in order:")
+            width = max(len(step.source.value) for step in self.split_steps) + 1
+            lines.extend(f"    {step.source.value + ':':{width}} {step.why}" for step in self.split_steps)
+            lines.extend(f"  {'to decide:' if i == 0 else '':11} {line}" for i, line in enumerate(self.advice))
         if self.backend is not None:
             lines.append(f"  backend:    {self.backend}" + (f" (fallback: {self.fallback})" if self.fallback else ""))
         for cls, message in self.warnings:
@@ -108,6 +132,8 @@ class CallPlan:
             f"warnings={self.warnings!r}",
             f"validated={self.validated!r}",
             f"reason={self.reason!r}",
+            f"split_steps={self.split_steps!r}",
+            f"advice={self.advice!r}",
         ]
         return "CallPlan(" + ",\n         ".join(fields) + ")"
 
@@ -178,6 +204,8 @@ def explain(
     chosen: Backend | None = None
     checked: CheckedCall | None = None
     validation: str | tuple[str, str] = "ok"
+    steps: tuple[SplitStep, ...] = ()
+    advice: tuple[str, ...] = ()
     with _record_warnings() as caught:
         try:
             prof, checked, decision, chosen = prepare_call(
@@ -186,6 +214,11 @@ def explain(
             )
         except (MmaemuError, RuntimeError, TypeError, ValueError, KeyError) as exc:
             validation = (type(exc).__name__, str(exc))
+            if isinstance(exc, SplitKUnknownError):
+                shown = len(caught)
+                steps, advice = _undecided(mat1, mat2, scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum,
+                                           out, profile)
+                del caught[shown:]  # the same checks again: their warnings are already listed
     try:
         prof = prof or get_profile(profile, warn=False)
     except (KeyError, TypeError, ValueError):
@@ -215,12 +248,38 @@ def explain(
         warnings=tuple(caught),
         validated=validated,
         reason=reason,
+        split_steps=steps,
+        advice=advice,
     )
+
+
+def _undecided(mat1: torch.Tensor, mat2: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
+               bias: torch.Tensor | None, scale_result: torch.Tensor | None, out_dtype: torch.dtype | None,
+               use_fast_accum: bool, out: torch.Tensor | None,
+               profile: str | Profile | None) -> tuple[tuple[SplitStep, ...], tuple[str, ...]]:
+    """For a call refused with ``SplitKUnknownError``: each split-K source's finding, and the advice.
+
+    The call passed its checks (the split decision comes after them), so they pass again here.
+    """
+    prof = get_profile(profile)
+    checked = check_call(mat1, mat2, scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum, out,
+                         resize_out=False)
+    assert checked.out_format is not None
+    problem = Problem(checked.m, checked.n, checked.k, checked.fmt_a, checked.fmt_b, checked.out_format, checked.fast)
+    return trace_splitk(prof, problem), splitk_advice(prof, problem)
+
+
+def _first_sentence(message: str) -> str:
+    """The first sentence of a message (up to its first ". ")."""
+    head, dot, _ = message.partition(". ")
+    return head + ("." if dot else "")
 
 
 def _validated(validation: str | tuple[str, str], prof: Profile | None, decision: SplitDecision | None,
                caught: tuple[tuple[str, str], ...]) -> tuple[bool, str | None]:
     """Whether a plan's result is validated on hardware, and why not."""
+    if validation != "ok" and validation[0] == SplitKUnknownError.__name__:
+        return False, "the call is refused (SplitKUnknownError): no source of splitk=\"auto\" decides its split-K"
     if validation != "ok":
         return False, f"the call is refused ({validation[0]})"
     assert prof is not None
@@ -238,6 +297,7 @@ def _validated(validation: str | tuple[str, str], prof: Profile | None, decision
 
 #: The warnings that mean a result is not validated on hardware.
 _UNVERIFIED_WARNINGS = frozenset(w.__name__ for w in (ExperimentalPresetWarning, UnverifiedEpilogueWarning,
-                                                      UnverifiedSplitWarning, UnvalidatedEnvelopeWarning))
+                                                      UnverifiedSplitWarning, UnvalidatedEnvelopeWarning,
+                                                      InferredSplitWarning))
 
 

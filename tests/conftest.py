@@ -35,11 +35,30 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--full", action="store_true", help="run exhaustive tests instead of samples")
 
 
+#: The test tiers, by module: ``pytest -m evidence`` (or hostile, integration, tools, docs, unit) runs one.
+#: A module not named here is a unit test. tests/test_architecture.py checks that every name here exists.
+TIERS: dict[str, tuple[str, ...]] = {
+    "evidence": ("test_hw_vectors", "test_rtx4060_recordings", "test_call_records", "test_zoo_vectors",
+                 "test_platform", "test_slowmodel", "test_against_slowmodel", "test_zoo_slowmodel"),
+    "hostile": ("test_hostile_call", "test_hostile_cli", "test_hostile_numerics", "test_hostile_recordings",
+                "test_hostile_states"),
+    "integration": ("test_torchao", "test_emulate", "test_nn", "test_ops", "test_distributed", "test_functional",
+                    "test_record_replay", "test_probes"),
+    "tools": ("test_device_check", "test_gpu_static", "test_check_vectorised", "test_evidence_tools",
+              "test_envelope_fit", "test_pairwise_rules", "test_bench_cli", "test_architecture"),
+    "docs": ("test_readme", "test_docs_blocks", "test_notebook", "test_quickstart", "test_examples",
+             "test_numba_cache"),
+}
+TIER_OF = {module: tier for tier, modules in TIERS.items() for module in modules}
+
+
 def pytest_configure(config: pytest.Config) -> None:
     global FULL
     if config.getoption("--full"):
         os.environ["MMAEMU_FULL"] = "1"
         FULL = True
+    for tier in (*TIERS, "unit"):
+        config.addinivalue_line("markers", f"{tier}: the {tier} tier of the tests (tests/conftest.py TIERS)")
 
 
 def require(path: Path) -> Path:
@@ -91,8 +110,10 @@ def compiled_backend(request: pytest.FixtureRequest) -> str:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Outside ``--full``, keep a fixed sample of ``TRITON_CASES`` Triton cases of each test function
-    (none of those in ``TRITON_FULL_ONLY``)."""
+    """Mark each test with its tier; outside ``--full``, keep a fixed sample of ``TRITON_CASES`` Triton
+    cases of each test function (none of those in ``TRITON_FULL_ONLY``)."""
+    for item in items:
+        item.add_marker(getattr(pytest.mark, TIER_OF.get(item.path.stem, "unit")))
     if FULL:
         return
     groups: dict[str, list[int]] = {}

@@ -114,3 +114,12 @@ def test_a_crossing_import_is_caught(tmp_path: Path, monkeypatch: pytest.MonkeyP
         monkeypatch.delitem(__import__("sys").modules, name)
     monkeypatch.chdir(tmp_path)
     assert lint_imports(config_filename=str(tmp_path / "pyproject.toml"), no_cache=True) == 1
+
+
+def test_every_test_tier_names_existing_modules() -> None:
+    """tests/conftest.py's TIERS name test modules that exist (a renamed module would fall to 'unit')."""
+    from conftest import TIERS
+
+    tests = Path(__file__).resolve().parent
+    missing = [m for modules in TIERS.values() for m in modules if not (tests / f"{m}.py").is_file()]
+    assert not missing, missing

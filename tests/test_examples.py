@@ -138,3 +138,23 @@ def test_script_says_why_it_cannot_run(evo2: ModuleType, capsys: pytest.CaptureF
     message = evo2.missing_runtime()
     assert message is not None  # neither evo2 nor a GPU in this environment
     assert "evo2" in message or "GPU" in message
+
+
+def test_selfcheck_names_a_missing_dependency_of_vortex_rather_than_vortex(
+        evo2: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without triton, vortex imports fail on triton: the message must name triton, not call vortex absent."""
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_triton(name: str, *args: object, **kwargs: object) -> object:
+        if name == "triton" or name.startswith("triton."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return real_import(name, *args, **kwargs)  # type: ignore[arg-type]
+
+    for module in [m for m in sys.modules if m == "vortex" or m.startswith(("vortex.", "triton"))]:
+        monkeypatch.delitem(sys.modules, module)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # set by the script: restored after the test
+    monkeypatch.setattr(builtins, "__import__", no_triton)
+    message = evo2._prepare_cpu_runtime()
+    assert message is not None and "'triton'" in message and "not installed" not in message

@@ -277,7 +277,7 @@ def quickstart_differences(figures: bool) -> list[str]:
     for name, other in (("RTX 4060 (`ada`)", ada), ("exactly rounded", rounded)):
         ulps[name] = (_ordered(h100.view(torch.int16)) - _ordered(other.view(torch.int16))).abs()
     lines = ["## The quickstart: where the bits differ", "",
-             "The seeds' quickstart GEMM (M, N, K = 64, 5760, 1920, E4M3, bf16 output, fast accumulation;",
+             "The quickstart GEMM (M, N, K = 64, 5760, 1920, E4M3, bf16 output, fast accumulation;",
              "`python -m mmaemu demo`): the H100 PCIe's bf16 outputs (`hopper`) against the RTX 4060's and against",
              "the exact result rounded once to fp32 and then to bf16, in bf16 ulps (`tests/test_quickstart.py`).", "",
              "| H100 against | outputs | equal | 1 ulp | 2 ulps | 3 or more |", "|---|---|---|---|---|---|"]
@@ -364,7 +364,7 @@ def generate(figures: bool = False) -> str:
 
 
 _FIGURE = re.compile(r"(\d{1,3}(,\d{3})+|\b\d{4,}\b|\d+(\.\d+)?\s?%|\b\d+(\.\d+)?x\b|\b\d+(\.\d+)?\s?(ms|TMAC/s)\b)")
-_EVIDENCE = re.compile(r"(tests/|tools/|hw-vectors|recordings|docs/data|seeds?\b|seed 0\d\d|mmaemu bench|device_check"
+_EVIDENCE = re.compile(r"(tests/|tools/|hw-vectors|recordings|docs/data|seeds?\b|seed 0\d\d|specified|mmaemu bench|device_check"
                        r"|validation\.md|performance\.md|\[evidence:|unverified|hardware vectors|upstream test)",
                        re.IGNORECASE)
 #: names that contain digits but state no figure: GPUs, architectures, versions, dtypes

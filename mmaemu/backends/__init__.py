@@ -18,7 +18,7 @@ import torch
 from ..accumulation import AccumulationPlan
 from ..errors import BackendFallbackWarning, BackendUnavailableError
 from ..presets import Preset
-from . import cpu, reference
+from . import cpu, numba_cache, reference
 from .capabilities import AUTO_ORDER, CONCRETE, CORE, Backend, Support, parse_backend, supports
 from .triton import backend as triton_backend
 from .triton import selftest as triton_selftest
@@ -139,6 +139,7 @@ def accumulator_function(backend: Backend) -> AccumulateFn:
     if backend is Backend.REFERENCE:
         return reference.accumulate
     if backend is Backend.CPU:
+        numba_cache.announce_first_compile(cpu.__file__, "the cpu backend's kernels")
         return cpu.accumulate
     if backend is Backend.TRITON:
         return triton_backend.accumulate

@@ -52,6 +52,10 @@ try:  # pragma: no cover - exercised where numba is installed (a dependency)
     import numba
     from numba import njit, prange
 
+    from . import numba_cache
+
+    numba_cache.install()  # compiled code in the per-user cache, never in the package
+
     _NUMBA_ERROR: str | None = None
 except Exception as exc:  # noqa: BLE001
     numba = None  # type: ignore[assignment]

@@ -4,6 +4,7 @@
   registry (:func:`get_profile`);
 - :mod:`~mmaemu.platforms.table`: the binary split-K table, the one reader and writer of its encoding;
 - :mod:`~mmaemu.platforms.splitk`: :func:`resolve_splitk`, cuBLAS's split-K decision from evidence;
+- :mod:`~mmaemu.platforms.inference`: the inference rules every recorded row obeys, and their check;
 - :mod:`~mmaemu.platforms.cublaslt`: cuBLASLt's heuristic, queried through ctypes on a CUDA machine.
 """
 

@@ -9,12 +9,16 @@
 3. ``live-query``: on the reference platform itself, cuBLASLt's heuristic is asked
    (:mod:`mmaemu.platforms.cublaslt`); never elsewhere;
 4. ``envelope``: above a bound on M*N, S = 1 (H100: a bound per setting and K, fitted and tested on a
-   sealed held-out set; RTX 4060: twice the setting's largest split M*N). ``MMAEMU_SPLITK_STRICT=1``
-   (or ``true``, ``yes``, ``on``; :func:`env_flag`) turns it off.
+   sealed held-out set; RTX 4060: twice the setting's largest split M*N).
    An envelope decision reads the table's ``info["envelope"]`` (:mod:`mmaemu.recording.envelope`
-   fits it).
+   fits it);
+5. ``inference``: a rule of :mod:`mmaemu.platforms.inference` that every row of the table obeys, within
+   the domain its evidence covers (experimental: ``verified=False`` and
+   :class:`~mmaemu.errors.InferredSplitWarning`).
 
-Anything else raises :class:`~mmaemu.errors.SplitKUnknownError`.
+``MMAEMU_SPLITK_STRICT=1`` (or ``true``, ``yes``, ``on``; :func:`env_flag`) turns 4 and 5 off. Anything
+else raises :class:`~mmaemu.errors.SplitKUnknownError`; :func:`trace_splitk` says, per source, why it
+did not decide (``explain`` prints it).
 """
 
 from __future__ import annotations
@@ -28,10 +32,15 @@ from typing import Any
 import numpy as np
 
 from ..accumulation import Scheme, SplitK
-from ..errors import SplitKUnknownError, UnvalidatedEnvelopeWarning, UnverifiedSplitWarning
+from ..errors import (
+    InferredSplitWarning,
+    SplitKUnknownError,
+    UnvalidatedEnvelopeWarning,
+    UnverifiedSplitWarning,
+)
 from ..formats import Fp8Format, OutFormat
 from ..host import env_flag
-from . import cublaslt
+from . import cublaslt, inference
 from .profiles import Profile, SplitFamily
 from .table import Setting, SplitTable, unpack_key
 
@@ -46,6 +55,9 @@ __all__ = [
     "live_query",
     "splitk_strict",
     "nearest_decided",
+    "SplitStep",
+    "trace_splitk",
+    "splitk_advice",
 ]
 
 
@@ -77,6 +89,7 @@ class SplitSource(str, enum.Enum):
     WORKSPACE0 = "workspace0"
     ENVELOPE = "envelope"
     LIVE_QUERY = "live-query"
+    INFERENCE = "inference"
 
 
 @dataclass(frozen=True)
@@ -115,7 +128,7 @@ class SplitDecision:
 
 
 def splitk_strict() -> bool:
-    """Whether ``MMAEMU_SPLITK_STRICT`` turns the envelope rule off (:func:`env_flag`)."""
+    """Whether ``MMAEMU_SPLITK_STRICT`` turns the envelope and the inference rules off (:func:`env_flag`)."""
     return env_flag("MMAEMU_SPLITK_STRICT")
 
 
@@ -176,6 +189,11 @@ def split_warnings(profile: Profile, problem: Problem, decision: SplitDecision) 
             f"{profile.name}: split-K S = {decision.parts} {decision.scheme.value} for this output and format pair has not been "
             "replayed on hardware", UnverifiedSplitWarning, stacklevel=4,
         )
+    if decision.source is SplitSource.INFERENCE:
+        warnings.warn(
+            f"{profile.name}: S = {decision.parts} is inferred, not recorded: {decision.note}; experimental (no recorded "
+            "row or live query decides this shape; MMAEMU_SPLITK_STRICT=1 refuses it)", InferredSplitWarning, stacklevel=4,
+        )
     if decision.source is SplitSource.ENVELOPE and not decision.verified:
         warnings.warn(
             f"{profile.name}: {decision.note}; this envelope failed or lacks a held-out test",
@@ -183,12 +201,13 @@ def split_warnings(profile: Profile, problem: Problem, decision: SplitDecision) 
         )
 
 
-def _envelope(profile: Profile, problem: Problem, table: SplitTable) -> SplitDecision | None:
+def _envelope(profile: Profile, problem: Problem, table: SplitTable) -> tuple[SplitDecision | None, str]:
+    """The envelope's decision, or None and why it does not decide."""
     mn = problem.m * problem.n
     env = table.info["envelope"]
     if env["kind"] == "k_grid":
         if not env["K_min"] <= problem.k <= env["K_max"]:
-            return None
+            return None, f"K = {problem.k:,} is outside its range {env['K_min']:,} <= K <= {env['K_max']:,}"
         want = problem.setting(profile.workspace_bytes)
         for b in env["bounds"]:
             if Setting.from_names(b) == want:
@@ -196,45 +215,83 @@ def _envelope(profile: Profile, problem: Problem, table: SplitTable) -> SplitDec
                 i = int(np.searchsorted(grid, problem.k, side="left"))
                 bound = int(b["B"][i])
                 if mn <= bound:
-                    return None
+                    return None, f"M*N = {mn:,} is not above its bound {bound:,} for K <= {grid[i]:,}"
                 status = env["validation"].get(str(profile.workspace_bytes), {}).get("status")
                 return SplitDecision(
                     1, Scheme.NONE, SplitSource.ENVELOPE, status == "validated", table.table_id,
                     f"M*N = {mn:,} > {bound:,}, the {profile.gpu.removeprefix('NVIDIA ')} bound for K <= {grid[i]:,} in this setting "
                     f"(held-out test: {status})",
-                )
-        return None
+                ), ""
+        return None, "it has no bound for this setting"
     stats = table.setting_stats(problem.setting(profile.workspace_bytes))
     if stats is None or stats["max_split_MN"] is None:
-        return None
+        return None, "the table records no split of this setting to bound"
     bound = 2 * int(stats["max_split_MN"])
     if mn <= bound:
-        return None
+        return None, f"M*N = {mn:,} is not above {bound:,}, twice the setting's largest split M*N"
     return SplitDecision(
         1, Scheme.NONE, SplitSource.ENVELOPE, True, table.table_id,
         f"M*N = {mn:,} > {bound:,}, twice the largest split M*N of this setting on the RTX 4060",
-    )
+    ), ""
 
 
 def resolve_splitk(profile: Profile, problem: Problem) -> SplitDecision:
     """cuBLAS's split-K decision for ``problem`` on ``profile``'s reference platform, from evidence.
 
-    Emits :class:`UnverifiedSplitWarning` / :class:`UnvalidatedEnvelopeWarning` where the decision
-    carries one.
+    Emits :class:`UnverifiedSplitWarning` / :class:`UnvalidatedEnvelopeWarning` /
+    :class:`InferredSplitWarning` where the decision carries one.
 
     Raises:
-        SplitKUnknownError: when no recorded row, workspace rule, live query or envelope decides.
+        SplitKUnknownError: when no recorded row, workspace rule, live query, envelope or inference decides.
     """
     decision = _decide(profile, problem)
     split_warnings(profile, problem, decision)
     return decision
 
 
-def _decide(profile: Profile, problem: Problem) -> SplitDecision:
+@dataclass(frozen=True)
+class SplitStep:
+    """One source of :func:`resolve_splitk`, in its order, and what it found for a call.
+
+    Attributes:
+        source: the source.
+        decided: whether it decided the call (the last step of a decided call).
+        why: what it found: the decision's note, or why it did not decide.
+    """
+
+    source: SplitSource
+    decided: bool
+    why: str
+
+    def __str__(self) -> str:
+        return f"{self.source.value}: {'decides, ' if self.decided else ''}{self.why}"
+
+
+def trace_splitk(profile: Profile, problem: Problem) -> tuple[SplitStep, ...]:
+    """Each source :func:`resolve_splitk` consults for ``problem``, in order, with what it found.
+
+    The same code path as :func:`resolve_splitk`, without its warnings. The last step of a decided call
+    has ``decided=True``; a call no source decides has only undecided steps. Reads
+    ``MMAEMU_SPLITK_STRICT`` as the call does (a bad value raises ``ValueError``).
+    """
+    steps: list[SplitStep] = []
+    try:
+        decision = _decide(profile, problem, steps)
+    except SplitKUnknownError:
+        return tuple(steps)
+    return (*steps, SplitStep(decision.source, True, decision.note))
+
+
+def _decide(profile: Profile, problem: Problem, steps: list[SplitStep] | None = None) -> SplitDecision:
+    def skip(source: SplitSource, why: str) -> None:
+        if steps is not None:
+            steps.append(SplitStep(source, False, why))
+
     strict = splitk_strict()  # read first: a bad value raises whichever rule decides
     table = SplitTable.load(profile.table_id) if profile.table_id else None
+    setting_obj = problem.setting(profile.workspace_bytes)
     if table is not None:
-        setting = problem.setting(profile.workspace_bytes).code
+        setting = setting_obj.code
         row = table.lookup(setting, problem.m, problem.n, problem.k)
         if row is not None:
             s, custom = int(table.S[row]), int(table.custom[row])
@@ -244,20 +301,42 @@ def _decide(profile: Profile, problem: Problem) -> SplitDecision:
                 verified = False  # customOption 4-7 on split rows: never replayed (seeds 002)
             return SplitDecision(s, scheme, SplitSource.TABLE, verified, table.table_id,
                                  f"row {row} of {table.table_id} (customOption {custom})")
+        skip(SplitSource.TABLE, f"{table.table_id} has no row for {problem.m} x {problem.n} x {problem.k} in this "
+                                f"setting ({_setting_text(setting_obj)})")
+    else:
+        skip(SplitSource.TABLE, f"profile {profile.name!r} has no split-K table")
     if profile.workspace_bytes == 0:
         return SplitDecision(1, Scheme.NONE, SplitSource.WORKSPACE0, True, None,
                              "cuBLAS never splits K without a workspace (653,400 H100 queries, none split)")
+    skip(SplitSource.WORKSPACE0, f"the workspace is {profile.workspace_bytes >> 20} MiB, not 0")
     answer = live_query(profile, problem)
     if answer is not None:
         s, custom = answer
         scheme = scheme_for(profile, s, custom)
         return SplitDecision(s, scheme, SplitSource.LIVE_QUERY, combo_verified(profile, problem, s, scheme),
                              None, f"cuBLASLt heuristic queried on this {profile.gpu} (customOption {custom})")
+    skip(SplitSource.LIVE_QUERY, f"this machine is not the {profile.gpu} with cuBLASLt {profile.cublaslt}"
+         if profile.table_id else "the profile has no reference GPU to query")
     if table is not None and not strict:
-        inferred = _envelope(profile, problem, table)
+        inferred, why = _envelope(profile, problem, table)
         if inferred is not None:
             return inferred
+        skip(SplitSource.ENVELOPE, why)
+        notes: list[str] = []
+        rule = inference.infer(table, setting_obj, problem.m, problem.n, problem.k, notes)
+        if rule is not None:
+            scheme = scheme_for(profile, rule.parts, rule.custom)
+            return SplitDecision(rule.parts, scheme, SplitSource.INFERENCE, False, table.table_id, rule.note)
+        skip(SplitSource.INFERENCE, "; ".join(notes))
+    elif table is not None:
+        skip(SplitSource.ENVELOPE, "off (MMAEMU_SPLITK_STRICT)")
+        skip(SplitSource.INFERENCE, "off (MMAEMU_SPLITK_STRICT)")
     raise SplitKUnknownError(_unknown_message(profile, problem, table))
+
+
+def _setting_text(setting: Setting) -> str:
+    return (f"{setting.fmt_a.short_name} x {setting.fmt_b.short_name} -> {setting.out.dtype_name}, "
+            f"use_fast_accum={setting.fast}, {setting.workspace_bytes >> 20} MiB workspace")
 
 
 def nearest_decided(table: SplitTable, setting: Setting, m: int, n: int, k: int,
@@ -277,22 +356,16 @@ def nearest_decided(table: SplitTable, setting: Setting, m: int, n: int, k: int,
     return [(int(rm[i]), int(rn[i]), int(rk[i]), int(table.S[lo + i])) for i in order]
 
 
-def _unknown_message(profile: Profile, problem: Problem, table: SplitTable | None) -> str:
-    """What SplitKUnknownError says: what is unknown, what is known nearby, and what to do."""
-    where = f"the {profile.gpu}" if profile.table_id else f"profile {profile.name!r} (it has no split-K table)"
-    call = (f"M, N, K = {problem.m}, {problem.n}, {problem.k} ({problem.fmt_a.short_name} x "
-            f"{problem.fmt_b.short_name} -> {problem.out.dtype_name}, use_fast_accum={problem.fast})")
-    lines = [f"no recorded evidence decides whether {where} splits K for {call} under profile {profile.name!r}."]
+def splitk_advice(profile: Profile, problem: Problem) -> tuple[str, ...]:
+    """What is known near an undecided call and what to do about it: the nearest decided shapes of the
+    table, when an explicit ``splitk=`` is justified, and how a recording settles it (one sentence each)."""
+    table = SplitTable.load(profile.table_id) if profile.table_id else None
+    lines = []
     if table is not None:
         near = nearest_decided(table, problem.setting(profile.workspace_bytes), problem.m, problem.n, problem.k)
         if near:
             shown = "; ".join(f"{m} x {n} x {k}: S = {s}" for m, n, k, s in near)
             lines.append(f"Nearest shapes the {profile.gpu.removeprefix('NVIDIA ')} table decides (M x N x K): {shown}.")
-    fmt = f"{problem.fmt_a.short_name},{problem.fmt_b.short_name}"
-    lines.append(
-        f"See what is known: python -m mmaemu explain {problem.m} {problem.n} {problem.k} --out "
-        f"{problem.out.dtype_name} --fmt {fmt}{' --fast' if problem.fast else ''} --profile {profile.name}."
-    )
     schemes = " or ".join(f'(S, "{s.value}")' for s in profile.schemes)
     lines.append(
         "Pass splitk=1 only if you know the reference GPU did not split this call (you recorded it, or it ran "
@@ -303,4 +376,19 @@ def _unknown_message(profile: Profile, problem: Problem, table: SplitTable | Non
         f"To settle it, run python -m mmaemu record --out DIR on {gpu} and load the recording with "
         "mmaemu.recording.register_recording(DIR)."
     )
-    return " ".join(lines)
+    return tuple(lines)
+
+
+def _unknown_message(profile: Profile, problem: Problem, table: SplitTable | None) -> str:
+    """What SplitKUnknownError says: what is unknown, what is known nearby, and what to do."""
+    where = f"the {profile.gpu}" if table is not None else f"profile {profile.name!r} (it has no split-K table)"
+    call = (f"M, N, K = {problem.m}, {problem.n}, {problem.k} ({problem.fmt_a.short_name} x "
+            f"{problem.fmt_b.short_name} -> {problem.out.dtype_name}, use_fast_accum={problem.fast})")
+    advice = splitk_advice(profile, problem)
+    fmt = f"{problem.fmt_a.short_name},{problem.fmt_b.short_name}"
+    see = (f"See what is known: python -m mmaemu explain {problem.m} {problem.n} {problem.k} --out "
+           f"{problem.out.dtype_name} --fmt {fmt}{' --fast' if problem.fast else ''} --profile {profile.name}.")
+    near = [line for line in advice if line.startswith("Nearest")]
+    rest = [line for line in advice if not line.startswith("Nearest")]
+    first = f"no recorded evidence decides whether {where} splits K for {call} under profile {profile.name!r}."
+    return " ".join([first, *near, see, *rest])

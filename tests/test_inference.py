@@ -1,0 +1,197 @@
+"""Inferred split-K decisions (mmaemu.platforms.inference): each shipped rule against every recorded row,
+the shapes they decide, their warning, MMAEMU_SPLITK_STRICT, and rules broken on purpose."""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from conftest import RECORDINGS, require
+
+import mmaemu
+from mmaemu.accumulation import Scheme
+from mmaemu.errors import InferredSplitWarning
+from mmaemu.formats import Fp8Format, OutFormat
+from mmaemu.platforms import inference
+from mmaemu.platforms.inference import CANDIDATES, SHIPPED, Rule, check_rule
+from mmaemu.platforms.profiles import get_profile
+from mmaemu.platforms.splitk import Problem, SplitSource, resolve_splitk, trace_splitk
+from mmaemu.platforms.table import (
+    WS_BYTES,
+    Setting,
+    SplitTable,
+    setting_code,
+    table_arrays,
+)
+
+E4, E5 = Fp8Format.E4M3, Fp8Format.E5M2
+BF16 = OutFormat.BFLOAT16
+DECODE = Problem(1, 11008, 4096, E4, E4, BF16, False)  # Llama 2 7B gate/up at M = 1: refused before the rules
+
+
+def quiet(profile: str, problem: Problem) -> mmaemu.SplitDecision:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", mmaemu.MmaemuWarning)
+        return resolve_splitk(get_profile(profile), problem)
+
+
+def _spec(rule: Rule) -> inference.RuleSpec:
+    return next(s for s in CANDIDATES if s.rule is rule)
+
+
+@pytest.mark.parametrize("spec", SHIPPED, ids=lambda s: s.rule.value)
+def test_every_shipped_rule_holds_on_every_row_of_the_shipped_table(spec: inference.RuleSpec) -> None:
+    table = SplitTable.load(spec.table_id)
+    check = check_rule(spec, table)
+    assert check.rows == len(table.key) and check.rows_checked > 100_000
+    assert (check.contradictions, check.mechanism_contradictions, check.example) == (0, 0, None)
+    if spec.kind is inference.RuleKind.WORKSPACE:
+        assert check.mechanism_rows == int((table.S > 1).sum()) > 30_000  # every split row
+
+
+@pytest.mark.parametrize("spec", SHIPPED, ids=lambda s: s.rule.value)
+def test_every_shipped_rule_holds_on_every_recorded_row(spec: inference.RuleSpec) -> None:
+    """The same check on the recordings' own rows (recordings/splitk), not the converted table."""
+    raw = np.load(require(RECORDINGS / "splitk" / f"{spec.table_id}.npz"))
+    col = {k: raw[k].astype(np.int64) for k in ("fa", "fb", "out", "fast", "ws", "M", "N", "K")}
+    arrays = table_arrays(setting_code(col["fa"], col["fb"], col["out"], col["fast"], col["ws"]),
+                          col["M"], col["N"], col["K"], {"S": raw["splitK"], "custom": raw["custom"]})
+    table = SplitTable.from_arrays(spec.table_id, {"verified_combos": []}, arrays)
+    check = check_rule(spec, table)
+    assert check.rows == len(raw["M"]) and check.rows_checked > 100_000
+    assert check.holds, check
+
+
+def test_the_rules_not_shipped_are_contradicted_or_lack_evidence() -> None:
+    """The checker finds contradictions where they exist: the candidates that failed stay failed."""
+    for spec in CANDIDATES:
+        if spec.shipped:
+            continue
+        check = check_rule(spec, SplitTable.load(spec.table_id))
+        assert spec.why_not
+        if spec.rule is Rule.H100_K_FLOOR_32MIB:
+            assert check.holds  # fits the table; not shipped for want of a dense K sweep at 32 MiB
+        else:
+            assert not check.holds and check.example is not None
+
+
+@pytest.mark.parametrize("broken, what", [
+    (dataclasses.replace(_spec(Rule.H100_K_FLOOR), k_floor=5800, domain=dataclasses.replace(
+        _spec(Rule.H100_K_FLOOR).domain, k_max=5799)), "a K floor above the first recorded split (5,760)"),
+    (dataclasses.replace(_spec(Rule.H100_K_FLOOR), domain=dataclasses.replace(
+        _spec(Rule.H100_K_FLOOR).domain, workspaces=(32 << 20,), k_max=5799), k_floor=5800), "the same at 32 MiB"),
+    (dataclasses.replace(_spec(Rule.H100_WORKSPACE), domain=dataclasses.replace(
+        _spec(Rule.H100_WORKSPACE).domain, k_max=1 << 21), table_id=inference.RTX4060_TABLE), "the capacity on the RTX 4060"),
+    (dataclasses.replace(_spec(Rule.H100_WORKSPACE), pad=16), "M and N padded to 16"),
+    (dataclasses.replace(_spec(Rule.RTX4060_FORMAT_PAIR), table_id=inference.H100_TABLE), "format pairs on the H100"),
+])
+def test_a_rule_broken_on_purpose_is_contradicted(broken: inference.RuleSpec, what: str) -> None:
+    check = check_rule(broken, SplitTable.load(broken.table_id))
+    assert not check.holds, what
+    assert check.example is not None
+
+
+def test_single_token_decode_is_inferred_and_warns() -> None:
+    """1 x 11008 x 4096 raised SplitKUnknownError before; now S = 1 from the H100 K floor, with a warning."""
+    table = SplitTable.load("heur_h100pcie_lt12.8.3.14")
+    assert table.lookup(DECODE.setting(1 << 20).code, 1, 11008, 4096) is None  # not a recorded row
+    with pytest.warns(InferredSplitWarning, match="inferred, not recorded.*h100-k-floor.*MMAEMU_SPLITK_STRICT"):
+        d = resolve_splitk(get_profile("hopper"), DECODE)
+    assert (d.parts, d.scheme, d.source, d.verified) == (1, Scheme.NONE, SplitSource.INFERENCE, False)
+    assert d.source == "inference" and repr(d).count("source='inference'") == 1
+
+
+def test_strict_refuses_inferences(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MMAEMU_SPLITK_STRICT", "1")
+    with pytest.raises(mmaemu.SplitKUnknownError):
+        quiet("hopper", DECODE)
+    steps = trace_splitk(get_profile("hopper"), DECODE)
+    assert [str(s.source) for s in steps][-2:] == ["envelope", "inference"] and "STRICT" in steps[-1].why
+    monkeypatch.setenv("MMAEMU_SPLITK_STRICT", "0")
+    assert quiet("hopper", DECODE).source is SplitSource.INFERENCE
+
+
+def test_scaled_mm_runs_a_previously_refused_shape() -> None:
+    """A call of a shape off the table (K = 1,040 is no H100 table K): computed, warning, the plan agrees."""
+    g = torch.Generator().manual_seed(3)
+    a = (torch.randn(3, 1040, generator=g) * 8).to(torch.float8_e4m3fn)
+    b = (torch.randn(48, 1040, generator=g) * 8).to(torch.float8_e4m3fn)
+    one = torch.tensor(1.0)
+    with pytest.warns(InferredSplitWarning):
+        got = mmaemu.scaled_mm(a, b.t(), one, one, out_dtype=torch.bfloat16, backend="reference")
+    mmaemu.testing.assert_bitwise_equal(got, mmaemu.scaled_mm(a, b.t(), one, one, out_dtype=torch.bfloat16, splitk=1,
+                                                              backend="reference"))
+    plan = mmaemu.explain(a, b.t(), one, one, out_dtype=torch.bfloat16, backend="reference")
+    assert plan.ok and plan.split is not None and plan.split.source is SplitSource.INFERENCE
+    assert not plan.validated and "from inference" in str(plan.reason)
+    assert [w[0] for w in plan.warnings] == ["InferredSplitWarning"]
+
+
+def test_workspace_rule_decides_above_the_capacity_and_nothing_below() -> None:
+    """At 1 MiB two fp32 partial outputs fit up to M*N = 131,072; between that and the envelope's bound
+    (K = 65,536) the workspace rule decides S = 1, and below it the shape stays undecided."""
+    table = SplitTable.load("heur_h100pcie_lt12.8.3.14")
+    k, n = 65_536, 64
+    env = table.info["envelope"]
+    bounds = next(b for b in env["bounds"] if Setting.from_names(b) == Setting(E4, E4, BF16, False, 1 << 20))
+    bound = int(bounds["B"][int(np.searchsorted(env["K_grid"], k))])
+    assert bound > 131_072
+    above = Problem(131_072 // n + 1, n, k, E4, E4, BF16, False)
+    d = quiet("hopper", above)
+    assert (d.parts, d.source) == (1, SplitSource.INFERENCE) and "h100-workspace" in d.note
+    with pytest.raises(mmaemu.SplitKUnknownError):
+        quiet("hopper", Problem(131_072 // n - 1, n, k, E4, E4, BF16, False))
+    # at 32 MiB (hopper-te) the capacity is 4,194,304 outputs
+    te = Problem(4_194_304 // 1024 + 1, 1024, k, E4, E4, BF16, False)
+    assert quiet("hopper-te", te).source in (SplitSource.INFERENCE, SplitSource.ENVELOPE)
+    # outside the sweep's K range the rule claims nothing
+    with pytest.raises(mmaemu.SplitKUnknownError):
+        quiet("hopper", Problem(4095, 4097, 512, E4, E4, BF16, False))
+
+
+def test_format_pair_rule_copies_the_recorded_pair_split_included() -> None:
+    """On the RTX 4060 a shape recorded for E4M3 x E4M3 only decides E5M2 x E4M3 with its S and scheme."""
+    table = SplitTable.load("heur_rtx4060_lt12.8.3.14")
+    own = Setting(E4, E4, BF16, False, 1 << 20)
+    other = Setting(E5, E4, BF16, False, 1 << 20)
+    lo, hi = int(table.setting_start[own.code]), int(table.setting_start[own.code + 1])
+    for split in (False, True):
+        for row in range(lo, hi):
+            if (int(table.S[row]) > 1) != split:
+                continue
+            key = int(table.key[row])
+            m, n, k = key >> 42, (key >> 21) & ((1 << 21) - 1), key & ((1 << 21) - 1)
+            if table.lookup(other.code, m, n, k) is None:
+                break
+        else:
+            pytest.fail("no shape recorded for e4m3 x e4m3 only")
+        d = quiet("ada", Problem(m, n, k, E5, E4, BF16, False))
+        want = quiet("ada", Problem(m, n, k, E4, E4, BF16, False))
+        assert d.source is SplitSource.INFERENCE and not d.verified and "rtx4060-format-pair" in d.note
+        assert (d.parts, d.scheme) == (want.parts, want.scheme) and (d.parts > 1) == split
+
+
+def test_rules_bind_to_their_table_only() -> None:
+    """A rule never applies to another table (a user's recording, another GPU)."""
+    table = SplitTable.load("heur_rtx4060_lt12.8.3.14")
+    notes: list[str] = []
+    assert inference.infer(table, Setting(E4, E4, BF16, False, WS_BYTES[1]), 1, 11008, 4096, notes) is None
+    assert notes and all("h100" not in line for line in notes)
+    other = SplitTable.from_arrays("heur_other", {"verified_combos": []}, {
+        "key": np.zeros(0, np.int64), "setting_start": np.zeros(257, np.int64), "S": np.zeros(0, np.uint8),
+        "custom": np.zeros(0, np.uint8)})
+    notes = []
+    assert inference.infer(other, Setting(E4, E4, BF16, False, WS_BYTES[1]), 1, 11008, 4096, notes) is None
+    assert notes == ["no inference rule is checked against table heur_other"]
+
+
+def test_trace_lists_each_source_in_order() -> None:
+    steps = trace_splitk(get_profile("hopper"), Problem(16, 256, 128, E4, E4, BF16, True))
+    assert [s.source.value for s in steps] == ["table", "workspace0", "live-query", "envelope", "inference"]
+    assert not any(s.decided for s in steps) and "K = 128 is outside" in steps[-1].why
+    steps = trace_splitk(get_profile("hopper"), DECODE)
+    assert steps[-1].decided and steps[-1].source is SplitSource.INFERENCE
+    assert trace_splitk(get_profile("hopper"), Problem(64, 5760, 1920, E4, E4, BF16, True))[-1].source is SplitSource.TABLE

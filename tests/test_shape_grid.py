@@ -1,0 +1,34 @@
+"""The shape-grid report (tools/shape_grid.py): docs/data/shape_grid.json and its table in docs/profiles.md are
+current, count every shape of each grid once, and list no shipped rule a recorded row contradicts."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import load_tool
+
+shape_grid = load_tool("shape_grid")
+
+
+def test_the_report_in_the_docs_is_current(capsys: pytest.CaptureFixture[str]) -> None:
+    assert shape_grid.main(["--check"]) == 0, capsys.readouterr().err
+
+
+def test_every_shape_is_counted_once_and_no_shipped_rule_is_contradicted() -> None:
+    data = json.loads(shape_grid.JSON_PATH.read_text())
+    assert data["grids"]["small-180"]["shapes"] == 180
+    assert {g: d["shapes"] for g, d in data["grids"].items()} == {"small-180": 180, "evo2": 39, "llama-2-7b": 39,
+                                                                   "mistral-7b": 52}
+    for profile, grids in data["counts"].items():
+        for grid, modes in grids.items():
+            for mode, counts in modes.items():
+                total = sum(v for k, v in counts.items() if k != "inference_by_rule")
+                assert total == data["grids"][grid]["shapes"], (profile, grid, mode)
+                assert sum(counts["inference_by_rule"].values()) == counts["inference"]
+    shipped = [r for r in data["rules"] if r["shipped"]]
+    assert len(shipped) == 3
+    assert all(r["contradictions"] == 0 and r["mechanism_contradictions"] == 0 and r["rows_checked"] > 0
+               for r in shipped)
+    # single-token decode and the small grid: decided by inference under the default profile
+    assert data["counts"]["hopper"]["llama-2-7b"]["slow"]["inference_by_rule"] == {"h100-k-floor": 1}
