@@ -157,6 +157,13 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("multiply-then-add", "mmaemu/epilogue.py",
            "        y = (product + 0.0).to(torch.float32)\n",
            "        y = acc * alpha + 0.0\n", "fma(acc, alpha, +0) replaced by an fp32 multiply then + 0", EPILOGUE),
+    Mutant("inference-k-floor-too-high", "mmaemu/platforms/inference.py",
+           "_SWEEP_K[0], 5135, _SWEEP_M, _SWEEP_N),\n    \"cuBLASLt splits only long K: the H100 sweep's dense K part "
+           "first splits at K = 5,136 at 1 MiB \"\n    \"(specified), and every 1 MiB table row with K <= 5,120 is "
+           "unsplit\",\n    k_floor=5136,",
+           "_SWEEP_K[0], 6143, _SWEEP_M, _SWEEP_N),\n    \"cuBLASLt splits only long K\",\n    k_floor=6144,",
+           "the H100 K-floor inference's domain reaches K = 6,143 (recorded 1 MiB rows split there)",
+           ("tests/test_inference.py",)),
     Mutant("bias-fused-rounded-twice", "mmaemu/epilogue.py",
            "    odd = torch.where(inexact, torch.nextafter(s, toward), s)\n", "    odd = s\n",
            "the fused bias order's sum rounded to float64, then to fp32 (no round-to-odd)", ("tests/test_epilogue.py",)),

@@ -199,7 +199,7 @@ _K_FLOOR = RuleSpec(
     Rule.H100_K_FLOOR, RuleKind.K_FLOOR, H100_TABLE,
     Domain((_MIB,), _SWEEP_K[0], 5135, _SWEEP_M, _SWEEP_N),
     "cuBLASLt splits only long K: the H100 sweep's dense K part first splits at K = 5,136 at 1 MiB "
-    "(seeds 004), and every 1 MiB table row with K <= 5,120 is unsplit",
+    "(specified), and every 1 MiB table row with K <= 5,120 is unsplit",
     k_floor=5136,
 )
 

@@ -136,7 +136,7 @@ def _profile(name: str, preset: Preset, gpu_key: str, caller: Caller, workspace:
         maturity=maturity,
         table_id=("heur_h100pcie_lt12.8.3.14" if h100 else "heur_rtx4060_lt12.8.3.14") if table else None,
         source=(
-            "seeds 000-004: H100 PCIe probe (1,423 live calls) and split-K sweep (2,744 live jobs); recordings/splitk"
+            "specified: H100 PCIe probe (1,423 live calls) and split-K sweep (2,744 live jobs); recordings/splitk"
             if h100
             else "recordings/rtx4060 (7,070 RTX 4060 outputs and calls); recordings/splitk"
         ),
