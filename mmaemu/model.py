@@ -21,6 +21,12 @@ One block, from the fp32 accumulator ``c`` (rules from the recorded tensor-core 
 Non-finite values follow IEEE: a NaN operand, ``inf * 0``, or infinities of both signs (from
 products or ``c``) give NaN (written as the canonical fp32 NaN 0x7FFFFFFF); otherwise an
 infinite product or ``c`` gives that infinity.
+
+An fp16 accumulator (``c`` a float16 tensor; fp16 and FP8 operands) rounds each block's exact sum
+once to nearest even fp16 instead of step 4, with ``c``'s exponent floored at -14 in step 2; NaN is
+0x7FFF. FP8 operands on sm_90 and sm_100 take another path, :func:`hmma_rewrite`: the instruction
+as two fp16 HMMA steps from +0 over interleaved halves of its 32 products, then ``c`` added by one
+fp16 addition (``Preset.fp16_accumulation``; docs/zoo.md has the rule and its evidence).
 """
 
 from __future__ import annotations
@@ -41,7 +47,14 @@ from .formats import (
     wide_format_of,
 )
 from .host import check_cpu_subnormals, refuse_autograd
-from .presets import CMode, Preset, Rounding, instruction_preset
+from .presets import (
+    Accumulator,
+    CMode,
+    HalfAccumulation,
+    Preset,
+    Rounding,
+    instruction_preset,
+)
 
 __all__ = [
     "BlockOperands",
@@ -49,6 +62,7 @@ __all__ = [
     "block_sum_exact_in_fp32",
     "chain",
     "dot",
+    "hmma_rewrite",
     "pow2",
 ]
 
@@ -110,6 +124,16 @@ class BlockOperands:
             self.negative[..., start:stop],
             self.is_inf[..., start:stop],
             self.is_zero[..., start:stop],
+        )
+
+    def k_take(self, index: torch.Tensor) -> BlockOperands:
+        """Operands at the positions ``index`` (int64, on the operands' device) of the last dimension."""
+        return BlockOperands(
+            self.value[..., index],
+            self.exponent[..., index],
+            self.negative[..., index],
+            self.is_inf[..., index],
+            self.is_zero[..., index],
         )
 
 
@@ -299,6 +323,79 @@ def chain(
     return c
 
 
+#: The fp16 HMMA step of the sm_90 / sm_100 rewrite: 16 products (m16n8k16).
+HMMA_STEP = 16
+#: The FP8 instruction the rewrite splits: 32 products (m16n8k32).
+HMMA_INSTRUCTION = 32
+
+
+def _hmma_step_preset(preset: Preset) -> Preset:
+    """The fp16 HMMA step of ``preset``'s rewrite: 16 products, c aligned, ``preset.frac_bits`` fraction bits."""
+    return Preset(f"{preset.name}-hmma-step", block_size=HMMA_STEP, frac_bits=preset.frac_bits,
+                  maturity=preset.maturity, source=preset.source)
+
+
+def _rewrite_positions(n: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Positions (within one instruction of ``n <= 32`` products) of the two HMMA steps: k mod 4 in {0, 1}, then
+    k mod 4 in {2, 3} (an FP8 register holds four consecutive k; unpacked to fp16 it gives a low and a high pair)."""
+    k = torch.arange(n, device=device)
+    return k[k % 4 < 2], k[k % 4 >= 2]
+
+
+def hmma_rewrite(a: BlockOperands, b: BlockOperands, c: torch.Tensor, preset: Preset, *,
+                 has_inf: bool = True) -> torch.Tensor:
+    """FP8 ``mma.sync`` with an fp16 accumulator as sm_90 and sm_100 run it: two fp16 HMMA steps, then c.
+
+    ``a`` and ``b`` are the FP8 operands converted to fp16 (exact) and decoded as fp16
+    (:meth:`BlockOperands.of` of a float16 tensor). Per instruction of 32 products, in order over the last
+    dimension (the last one zero-padded): ``d = +0``; ``d`` = the HMMA step over the positions k with
+    k mod 4 in {0, 1}, then over k mod 4 in {2, 3} (each a 16-product block of :func:`block_fma`'s rules,
+    ``d`` aligned with the products, the exact sum rounded once to nearest even fp16, F =
+    ``preset.frac_bits``); then ``c = fp16(d + c)``, one round-to-nearest-even addition. [Note: FP8
+    mma.sync on sm_90 and sm_100] in :mod:`mmaemu.presets` has the evidence.
+
+    Args:
+        a: left operands (fp16 values in float64).
+        b: right operands, broadcastable with ``a``.
+        c: the fp16 accumulator, of the batch shape.
+        preset: the instruction (``preset.fp16_accumulation`` is ``HMMA_REWRITE``).
+        has_inf: False promises that no operand is infinite.
+
+    Returns:
+        float16 tensor of ``c``'s shape. NaN codes are the caller's (zero here). Inf operands and
+        infinite or NaN ``c`` follow IEEE in each step and in the addition (a NaN is the canonical
+        0x7FFF); a step result or sum beyond fp16's range becomes +-Inf [open: never recorded]; an
+        exact zero step result is +0, and ``d + c`` is -0 only when both are -0 (never: ``d`` is
+        +0 or nonzero), so ``c = -0`` with zero products gives +0.
+    """
+    step = _hmma_step_preset(preset)
+    k = max(a.value.shape[-1], b.value.shape[-1])
+    for start in range(0, k, HMMA_INSTRUCTION):
+        a_i = a.k_slice(start, start + HMMA_INSTRUCTION)
+        b_i = b.k_slice(start, start + HMMA_INSTRUCTION)
+        d = torch.zeros_like(c)
+        for positions in _rewrite_positions(min(HMMA_INSTRUCTION, k - start), c.device):
+            if positions.numel():
+                d = _block_fma(d, a_i.k_take(positions), b_i.k_take(positions), step, has_inf=has_inf)
+        c = _add_fp16(d, c)
+    return c
+
+
+def _add_fp16(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """IEEE fp16 ``x + y``, round to nearest even (two fp16 values add exactly in float64).
+
+    An exact zero sum is +0 unless both are -0; Inf + -Inf and NaN give the canonical NaN 0x7FFF;
+    overflow gives +-Inf.
+    """
+    total = x.to(torch.float64) + y.to(torch.float64)
+    finite = torch.isfinite(total)
+    out = torch.where(finite, _round_to_fp16(torch.where(finite, total, torch.zeros_like(total))),
+                      total.to(torch.float16))
+    both_minus_zero = (x == 0) & (y == 0) & torch.signbit(x) & torch.signbit(y)
+    out = torch.where(both_minus_zero, torch.full_like(out, -0.0), out)
+    return torch.where(torch.isnan(total), OutFormat.FLOAT16.nan_tensor(out.device), out)
+
+
 _INPUTS = (*FP8_DTYPES, *WIDE_DTYPES)
 
 
@@ -352,15 +449,15 @@ def _dot_batch(a: torch.Tensor, b: torch.Tensor, c: object) -> torch.Size:
             f"c must be a float32 tensor or None (+0), got {type(c).__name__}; pass "
             "torch.tensor(value, dtype=torch.float32)"
         )
-    if c.dtype == torch.float16 and a.dtype != torch.float16:
+    if c.dtype == torch.float16 and a.dtype not in (torch.float16, *FP8_DTYPES):
         raise ValueError(
-            f"c is float16 (an fp16 accumulator), which the tensor cores offer for fp16 operands only, not {a.dtype}; "
-            "pass a float32 c"
+            f"c is float16 (an fp16 accumulator), which the tensor cores offer for FP8 and fp16 operands only, not "
+            f"{a.dtype}; pass a float32 c"
         )
     if c.dtype not in (torch.float32, torch.float16):
         raise ValueError(
-            f"c must be float32 (the fp32 accumulator; float16 selects the fp16 accumulator of fp16 operands), got "
-            f"{c.dtype}; convert it with c.to(torch.float32) where that conversion is what you mean"
+            f"c must be float32 (the fp32 accumulator; float16 selects the fp16 accumulator of fp16 or FP8 operands), "
+            f"got {c.dtype}; convert it with c.to(torch.float32) where that conversion is what you mean"
         )
     if c.device != a.device:
         raise ValueError(f"c must be on the operands' device {a.device}, got {c.device}")
@@ -394,11 +491,15 @@ def dot(
         b: operands ``[..., K]`` with the same K; batch dimensions broadcastable with ``a``'s.
         c: accumulator tensor, broadcastable to the batch shape (a 0-d tensor for one vector), on
             the operands' device; default (None) +0 in fp32. float32 is the fp32 accumulator;
-            float16 selects the fp16 accumulator (fp16 operands only: the sum is rounded to nearest
-            even fp16 instead of truncated to fp32).
-        preset: a preset name or a custom :class:`Preset`. FP8: ``"hopper"``, ``"ada"``,
-            ``"b200_mma_sync"`` (``"b200"`` is its alias). fp16, bf16, tf32: an architecture,
-            ``"volta"`` (fp16 only), ``"ampere"``, ``"ada"``, ``"hopper"`` or ``"b200"``.
+            float16 selects the fp16 accumulator (fp16 or FP8 operands: results rounded to nearest
+            even fp16). With FP8 operands the preset says how (``Preset.fp16_accumulation``): ``ada``
+            its blocks, each rounded to fp16; ``hopper_mma_sync`` and ``b200_mma_sync`` the sm_90 /
+            sm_100 rewrite into two fp16 HMMA steps with c added last (:func:`hmma_rewrite`).
+        preset: a preset name or a custom :class:`Preset`. FP8: ``"hopper"`` (fp32 accumulator
+            only), ``"ada"``, ``"hopper_mma_sync"`` (fp16 accumulator only), ``"b200_mma_sync"``
+            (``"b200"`` is its alias) or the experimental ``"sm120"`` (fp32 accumulator only). fp16,
+            bf16, tf32: an architecture, ``"volta"`` (fp16 only), ``"ampere"``, ``"ada"``,
+            ``"hopper"``, ``"b200"`` or the experimental ``"sm120"``.
 
     Returns:
         A tensor of the batch shape, of ``c``'s dtype (fp32 when ``c`` is None). A NaN anywhere in
@@ -413,12 +514,13 @@ def dot(
         ValueError: an operand of another dtype or 0-dimensional, a float32 operand holding a
             value that is not tf32 (:func:`mmaemu.quantization.round_to_tf32` rounds it), operands
             of two different non-FP8 formats, different K in ``a`` and ``b``, batch shapes that do
-            not broadcast, a ``c`` that is neither float32 nor (fp16 operands) float16 or does not
-            broadcast to the batch shape, or tensors on different devices.
+            not broadcast, a ``c`` that is neither float32 nor (fp16 or FP8 operands) float16 or does
+            not broadcast to the batch shape, or tensors on different devices.
         MmaemuError: the operands are on the CPU and the CPU flushes subnormals to zero (for
             example after ``torch.set_flush_denormal(True)``).
-        KeyError, UnsupportedFeatureError: an unknown or unmodelled preset, or one without an
-            instruction for the operands' format (:func:`mmaemu.presets.instruction_preset`).
+        KeyError, UnsupportedFeatureError: an unknown or unmodelled preset, one without an
+            instruction for the operands' format, or an FP8 preset whose accumulator (``c``'s dtype)
+            no recording decides (:func:`mmaemu.presets.instruction_preset`).
         UnsupportedFeatureError: ``a``, ``b`` or ``c`` requires grad with grad mode on (inference only).
 
     Example:
@@ -438,16 +540,25 @@ def dot(
     b = _dot_operand(b, "b")
     batch = _dot_batch(a, b, c)
     refuse_autograd(("a", a), ("b", b), ("c", c))
-    resolved = instruction_preset(preset, a.dtype)
+    half = isinstance(c, torch.Tensor) and c.dtype == torch.float16
+    resolved = instruction_preset(preset, a.dtype, accumulator=Accumulator.FP16 if half else Accumulator.FP32)
     if a.device.type == "cpu":
         check_cpu_subnormals()
-    a_ops, b_ops = BlockOperands.of(a), BlockOperands.of(b)
+    rewrite = half and a.dtype in FP8_DTYPES and resolved.fp16_accumulation is HalfAccumulation.HMMA_REWRITE
+    if rewrite:
+        # the rewrite converts the FP8 operands to fp16 first (exact: both FP8 formats are inside fp16)
+        a_ops, b_ops = BlockOperands.of(a.to(torch.float16)), BlockOperands.of(b.to(torch.float16))
+    else:
+        a_ops, b_ops = BlockOperands.of(a), BlockOperands.of(b)
     if c is None:
         acc = torch.zeros(batch, dtype=torch.float32, device=a.device)
     else:
         acc = c.expand(batch).clone()
     has_inf = bool(a_ops.is_inf.any() or b_ops.is_inf.any())
-    acc = chain(a_ops, b_ops, acc, resolved, has_inf=has_inf)
+    if rewrite:
+        acc = hmma_rewrite(a_ops, b_ops, acc, resolved, has_inf=has_inf)
+    else:
+        acc = chain(a_ops, b_ops, acc, resolved, has_inf=has_inf)
     nan = nan_rows(a) | nan_rows(b)
     if bool(nan.any()):
         out_format = OutFormat.FLOAT16 if acc.dtype == torch.float16 else OutFormat.FLOAT32

@@ -1,6 +1,7 @@
 """Slow, exact, independent reference model of the FP8 GEMM numerics (test-suite only).
 
-Written only from ``shared/NUMERICS.md`` (sections 1-3); it shares no code with ``mmaemu``.
+Written only from ``shared/NUMERICS.md`` (sections 1-3) and, for the zoo and the fp16 accumulator of FP8
+operands, from docs/zoo.md's wording; it shares no code with ``mmaemu``.
 Every value is handled exactly with Python ints and :class:`fractions.Fraction`, one output at a
 time: no torch, no numpy.  Floating-point bit patterns go in and out as Python ints.
 
@@ -38,6 +39,11 @@ __all__ = [
     "CANONICAL_NAN",
     "zoo_block",
     "zoo_dot",
+    "fp8_block_fp16acc",
+    "fp8_dot_fp16acc_blocks",
+    "fp8_dot_fp16acc_rewrite",
+    "fp8_to_fp16_bits",
+    "fp16_add_bits",
 ]
 
 
@@ -791,4 +797,137 @@ def zoo_dot(a_bits, b_bits, c_bits, fmt: str, block_size: int, frac_bits: int, a
     for i in range(0, len(a_bits), block_size):
         c = zoo_block(c, _padded(a_bits, i, i + block_size, block_size),
                       _padded(b_bits, i, i + block_size, block_size), fmt, frac_bits, acc)
+    return c
+
+
+# ---------------------------------------------------------------------------------------------
+# FP8 operands with an fp16 accumulator (written from docs/zoo.md, "FP8 operands with an fp16
+# accumulator": sm_89's blocks, and the sm_90 / sm_100 rewrite into two fp16 HMMA steps)
+# ---------------------------------------------------------------------------------------------
+
+_F16 = FORMATS["float16"]
+
+
+def fp8_block_fp16acc(c16_bits: int, a_codes, b_codes, fmt_a: str, fmt_b: str, frac_bits: int) -> int:
+    """One sm_89 block with an fp16 accumulator; c and the result are fp16 bit patterns.
+
+    1. products exact, exponent e(a) + e(b) (FP8 exponents floored at the format's emin);
+    2. zero products left out; E = max(product exponents, exponent of c floored at -14 when c != 0);
+    3. every term, c included, truncated toward zero to a multiple of 2^(E - F);
+    4. exact sum, rounded once to nearest even fp16 (2^16 or more -> signed inf); a zero result is +0.
+    Non-finite: NaN operand, inf * 0, opposite infinities, NaN c -> 0x7FFF; else an inf product, then
+    an inf c, gives that inf.
+    """
+    fa, fb = _fp8fmt(fmt_a), _fp8fmt(fmt_b)
+    c = decode(c16_bits, _F16)
+    nan = c[0] == "nan"
+    pos_inf = neg_inf = False
+    terms = []
+    for ac, bc in zip(a_codes, b_codes):
+        av, bv = decode(ac, fa), decode(bc, fb)
+        if av[0] == "nan" or bv[0] == "nan":
+            nan = True
+            continue
+        if av[0] == "inf" or bv[0] == "inf":
+            other = bv if av[0] == "inf" else av
+            if other[0] == "fin" and other[2] == 0:
+                nan = True
+            elif av[1] ^ bv[1]:
+                neg_inf = True
+            else:
+                pos_inf = True
+            continue
+        if av[2] == 0 or bv[2] == 0:
+            continue
+        ea, _ = _fp8_exp_sig(ac, fa)
+        eb, _ = _fp8_exp_sig(bc, fb)
+        val = av[2] * bv[2]
+        terms.append((ea + eb, -val if av[1] ^ bv[1] else val))
+    if pos_inf and neg_inf:
+        nan = True
+    if c[0] == "inf" and ((c[1] == 0 and neg_inf) or (c[1] == 1 and pos_inf)):
+        nan = True
+    if nan:
+        return CANONICAL_NAN["float16"]
+    if pos_inf or neg_inf:
+        return _inf_bits(1 if neg_inf else 0, _F16)
+    if c[0] == "inf":
+        return c16_bits
+    exps = [e for e, _ in terms]
+    cval = _signed(c)
+    if cval != 0:
+        exps.append(max(floor_log2(abs(cval)), -14))
+        terms.append((None, cval))
+    if not exps:
+        return 0
+    q = _pow2(max(exps) - int(frac_bits))
+    S = sum((_trunc_to(v, q) for _, v in terms), Fraction(0))
+    return _fp16_from_exact(S)
+
+
+def _fp16_from_exact(S: Fraction) -> int:
+    """fp16 bits of an exact value rounded once to nearest even; zero -> +0; beyond the range -> signed inf."""
+    if S == 0:
+        return 0
+    R = round_magnitude(abs(S), _F16, "rne")
+    sign = 1 if S < 0 else 0
+    if R == 0:
+        return 0
+    if R > _F16.max_finite:
+        return _inf_bits(sign, _F16)
+    return encode_exact(sign, R, _F16)
+
+
+def fp8_dot_fp16acc_blocks(a_codes, b_codes, c16_bits, fmt_a, fmt_b, block_size: int = 16, frac_bits: int = 13) -> int:
+    """sm_89: blocks of ``block_size`` in order from c, the last padded with zeros; fp16 bits."""
+    a_codes, b_codes = list(a_codes), list(b_codes)
+    c = int(c16_bits)
+    for i in range(0, len(a_codes), block_size):
+        c = fp8_block_fp16acc(c, _padded(a_codes, i, i + block_size, block_size),
+                              _padded(b_codes, i, i + block_size, block_size), fmt_a, fmt_b, frac_bits)
+    return c
+
+
+def fp8_to_fp16_bits(code: int, fmt: str) -> int:
+    """The fp16 bit pattern of an FP8 code's value (exact: both FP8 formats lie inside fp16); NaN -> 0x7FFF."""
+    kind, sign, mag = decode(code, _fp8fmt(fmt))
+    if kind == "nan":
+        return CANONICAL_NAN["float16"]
+    if kind == "inf":
+        return _inf_bits(sign, _F16)
+    return encode_exact(sign, mag, _F16)
+
+
+def fp16_add_bits(x_bits: int, y_bits: int) -> int:
+    """IEEE fp16 x + y rounded to nearest even: NaN -> 0x7FFF; +inf + -inf -> NaN; inf + finite -> that inf;
+    an exact zero sum is +0 unless both are -0; beyond the range -> signed inf."""
+    x, y = decode(x_bits, _F16), decode(y_bits, _F16)
+    if x[0] == "nan" or y[0] == "nan":
+        return CANONICAL_NAN["float16"]
+    if x[0] == "inf" and y[0] == "inf":
+        return CANONICAL_NAN["float16"] if x[1] != y[1] else _inf_bits(x[1], _F16)
+    if x[0] == "inf" or y[0] == "inf":
+        return _inf_bits((x if x[0] == "inf" else y)[1], _F16)
+    s = _signed(x) + _signed(y)
+    if s == 0:
+        return 0x8000 if (x[1] == 1 and y[1] == 1 and x[2] == 0 and y[2] == 0) else 0
+    return _fp16_from_exact(s)
+
+
+def fp8_dot_fp16acc_rewrite(a_codes, b_codes, c16_bits, fmt_a, fmt_b, frac_bits: int = 25) -> int:
+    """sm_90 / sm_100: per instruction of 32 products (the last padded with zeros), the operands converted to
+    fp16; d = +0; d = the fp16 block (``zoo_block``, fp16 accumulator) of the products at positions k with
+    k mod 4 in {0, 1}, then of those with k mod 4 in {2, 3}; then c = d + c (fp16, nearest even)."""
+    a_codes, b_codes = list(a_codes), list(b_codes)
+    if len(a_codes) != len(b_codes):
+        raise ValueError("a_codes and b_codes differ in length")
+    c = int(c16_bits)
+    for i in range(0, len(a_codes), 32):
+        a16 = [fp8_to_fp16_bits(x, fmt_a) for x in _padded(a_codes, i, i + 32, 32)]
+        b16 = [fp8_to_fp16_bits(x, fmt_b) for x in _padded(b_codes, i, i + 32, 32)]
+        d = 0
+        for residues in ((0, 1), (2, 3)):
+            ks = [k for k in range(32) if k % 4 in residues]
+            d = zoo_block(d, [a16[k] for k in ks], [b16[k] for k in ks], "fp16", frac_bits, acc="fp16")
+        c = fp16_add_bits(d, c)
     return c

@@ -10,7 +10,7 @@ import torch
 
 from mmaemu.accumulation import Scheme, SplitK
 from mmaemu.backends import reference
-from mmaemu.presets import ADA, HOPPER, CMode, Preset
+from mmaemu.presets import ADA, B200_MMA_SYNC, HOPPER, SM120, CMode, Preset
 from mmaemu.platforms.profiles import SplitFamily
 from mmaemu.recording.probes import (
     CANDIDATES,
@@ -22,7 +22,7 @@ from mmaemu.recording.probes import (
     split_probe,
     unsplit_probes,
 )
-from mmaemu.recording.verdict import probe_document, results_from_document
+from mmaemu.recording.verdict import probe_document, results_from_document, sm120_note
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -125,3 +125,32 @@ def test_split_probe_separates_the_schemes(scheme: Scheme) -> None:
     for other in (Scheme.CONTIGUOUS, Scheme.SERIAL, Scheme.PAIRWISE):
         same = torch.equal(ref.view(torch.int32), emulate(probe, HOPPER, SplitK(3, other), corner=(16, 16)).view(torch.int32))
         assert same == (other is scheme)
+
+
+@functools.cache
+def _blackwell_verdicts() -> dict[str, object]:
+    """The verdicts of GPUs that compute as sm120 and as b200_mma_sync (arithmetic and slow probes)."""
+    return {p.name: analyse(results_for(p, [])) for p in (SM120, B200_MMA_SYNC)}
+
+
+def test_the_probes_tell_the_two_blackwell_candidates_apart() -> None:
+    """An sm_120 GPU that computes as the paper's B200 model is named sm120, one that computes as the B200's
+    mma.sync is named b200_mma_sync: each fits alone among the 160 candidates."""
+    v = _blackwell_verdicts()
+    sm120, b200 = v["sm120"], v["b200_mma_sync"]
+    assert sm120.preset is SM120 and sm120.shipped == ("sm120",)  # type: ignore[attr-defined]
+    assert [c.name for c in sm120.fitting] == ["B32-F25-aligned-truncate"]  # type: ignore[attr-defined]
+    assert b200.preset is B200_MMA_SYNC and b200.shipped == ("b200_mma_sync",)  # type: ignore[attr-defined]
+    assert [c.name for c in b200.fitting] == ["B32-F25-rounded-add-nearest-even"]  # type: ignore[attr-defined]
+
+
+def test_sm120_note_confirms_or_contradicts_on_an_sm120_gpu() -> None:
+    v = _blackwell_verdicts()
+    sm120, b200 = v["sm120"], v["b200_mma_sync"]
+    assert "confirm preset 'sm120'" in str(sm120_note(sm120, (12, 0)))  # type: ignore[arg-type]
+    note = str(sm120_note(b200, (12, 0)))  # type: ignore[arg-type]
+    assert "contradict preset 'sm120'" in note and "b200_mma_sync" in note
+    assert sm120_note(b200, (10, 0)) is None  # type: ignore[arg-type]
+    assert "not an sm_120 one" in str(sm120_note(sm120, (9, 0)))  # type: ignore[arg-type]
+    assert "not an sm_120 one" in str(sm120_note(sm120, None))  # type: ignore[arg-type]
+    assert "not confirmed" in str(sm120_note(analyse([]), (12, 0)))

@@ -180,3 +180,16 @@ def test_round_to_tf32_rounds_to_nearest_even_on_the_tf32_grid() -> None:
         round_to_tf32(torch.ones(3, dtype=torch.float64))
     with pytest.raises(TypeError, match="float32 tensor"):
         round_to_tf32([1.0])  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("backend", ["reference", "cpu"])
+def test_sm120_accumulates_as_b200_and_warns(dtype: torch.dtype, backend: str) -> None:
+    """The experimental sm_120 aliases run the B200's instruction (every backend that runs b200 runs them)."""
+    a, b = _operands(dtype)
+    with pytest.warns(ExperimentalPresetWarning, match="sm120"):
+        got = mmaemu.accumulate(a, b, use_fast_accum=True, preset="sm120", backend=backend)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ExperimentalPresetWarning)
+        want = mmaemu.accumulate(a, b, use_fast_accum=True, preset="b200", backend=backend)
+    assert_bitwise_equal(got, want)

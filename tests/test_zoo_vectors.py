@@ -99,7 +99,18 @@ def test_zoo_fit_tool_reports_zero_for_every_shipped_preset(tmp_path: Path) -> N
     assert zoo_fit.main(["--out", str(out)]) == 0
     import json
 
-    rows = json.loads(out.read_text())["files"]
+    written = json.loads(out.read_text())
+    rows = written["files"]
     assert len(rows) == 13
     committed = json.loads((Path(__file__).resolve().parents[1] / "docs" / "data" / "zoo_fit.json").read_text())
     assert committed["files"] == rows  # the committed table is current
+    assert committed["fp8_fp16_accumulator"] == written["fp8_fp16_accumulator"]
+    fp8 = {r["file"]: r["fp16_accumulator"] for r in written["fp8_fp16_accumulator"]["files"]}
+    assert sorted(fp8) == ["ada_e4m3.npz", "b200_e4m3.npz", "h100_e4m3.npz"]
+    for name, counts in fp8.items():
+        assert counts["shipped"] == 0
+        # every alternative the vectors discriminate fails a counted number of them; the ones they do not
+        # (the rewrite's F down to 20, and the shipped rule under its own name) are listed apart
+        undecided = {"rewrite", "rewrite-F20"} if name != "ada_e4m3.npz" else {"blocks-B16-F13"}
+        assert all(n > 50 for alt, n in counts.items() if alt not in undecided | {"shipped"}), (name, counts)
+        assert all(counts[alt] == 0 for alt in undecided), (name, counts)

@@ -17,6 +17,11 @@ triton     cuda (cpu under ``TRITON_INTERPRET=1``)  truncating, aligned, exact f
                                                     (FP8 only; the zoo formats go
                                                     to the reference backend)
 =========  =======================================  ===============================  ====================
+
+Every backend computes fp32 accumulators. The fp16 accumulator (FP8 or fp16 operands) is
+:func:`mmaemu.model.dot`'s alone, in torch on any device; a preset whose fp32 accumulator no
+recording decides (``hopper_mma_sync``) is supported by no backend (:func:`supports` says why, and the
+reference backend raises ``UnsupportedFeatureError``), rather than approximated.
 """
 
 from __future__ import annotations
@@ -29,11 +34,11 @@ import torch
 
 from ..errors import UnknownNameError
 from ..formats import FP8_DTYPES, WIDE_DTYPES
-from ..presets import Preset
+from ..presets import Accumulator, Preset
 from . import cpu
 from .triton import backend as triton_backend
 
-__all__ = ["Backend", "Support", "CONCRETE", "AUTO_ORDER", "CORE", "parse_backend", "supports", "native"]
+__all__ = ["AUTO_ORDER", "CONCRETE", "CORE", "Backend", "Support", "native", "parse_backend", "supports"]
 
 
 class Backend(enum.Enum):
@@ -148,6 +153,9 @@ def supports(backend: Backend | str, preset: Preset | None, dtypes: Iterable[tor
     if bad:
         return Support(chosen, False, False, f"operands must be FP8 (float8_e4m3fn or float8_e5m2), or fp16, bf16 or "
                                              f"tf32 (float32) for the zoo presets, not {bad[0]}")
+    if preset is not None and Accumulator.FP32 in preset.unmodelled:
+        return Support(chosen, False, False, f"preset {preset.name!r} does not model the fp32 accumulator (no recording "
+                                             "decides it); every backend computes fp32 accumulators")
     usable, reason = _requirement(chosen, where)
     zoo = any(d in WIDE_DTYPES for d in dtypes)
     if zoo and chosen is Backend.TRITON:

@@ -13,8 +13,9 @@ import torch
 
 from ..accumulation import AccumulationPlan, combine_parts
 from ..model import BlockOperands, Preset, chain
+from ..presets import Accumulator, require_accumulator
 
-__all__ = ["accumulate", "recompute_infinite", "TILE_ELEMENTS", "NAME"]
+__all__ = ["NAME", "TILE_ELEMENTS", "accumulate", "recompute_infinite"]
 
 NAME = "reference"
 #: Upper bound on the elements of one [m_tile, n_tile, block] working slab.
@@ -56,8 +57,14 @@ def accumulate(a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: Accumulat
 
     The operands are FP8 (any pair) or two matrices of one zoo format (fp16, bf16, tf32). NaN codes
     are treated as zero here; the caller applies the NaN rule. Inf codes follow the
-    IEEE rules of :func:`mmaemu.model.block_fma`.
+    IEEE rules of :func:`mmaemu.model.block_fma`. The accumulator is fp32: the fp16 accumulator is
+    :func:`mmaemu.model.dot`'s (no backend computes GEMMs with it).
+
+    Raises:
+        UnsupportedFeatureError: ``preset`` does not model the fp32 accumulator (``hopper_mma_sync``:
+            no recording decides it), so nothing is computed.
     """
+    require_accumulator(preset, Accumulator.FP32)
     m, n = a.shape[0], b.shape[0]
     a_ops, b_ops = BlockOperands.of(a), BlockOperands.of(b)
     has_inf = bool(a_ops.is_inf.any() or b_ops.is_inf.any())

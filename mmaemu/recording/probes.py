@@ -23,8 +23,11 @@ reference backend and keeps those whose bits equal the GPU's, in three stages:
    Candidates: contiguous 128-wide tiles added serially, round-robin 64-wide tiles added serially or
    pairwise (:mod:`mmaemu.accumulation`).
 
-The verdict names the shipped preset that fits (``hopper``, ``ada``, ``b200_mma_sync``), or the single
-candidate that fits outside them, or says that none fits.
+The verdict names the shipped preset that fits (``hopper``, ``ada``, ``b200_mma_sync``, ``sm120``), or the
+single candidate that fits outside them, or says that none fits. The arithmetic rows tell the two Blackwell
+candidates apart (``b200_mma_sync``: B = 32, F = 25, c added after the block by a rounded fp32 addition, the
+sum rounded to nearest; ``sm120``: the same block with c aligned and the sum truncated), so a recording on an
+sm_120 GPU confirms or refutes ``sm120`` (:func:`mmaemu.recording.verdict.sm120_note`).
 """
 
 from __future__ import annotations
@@ -50,10 +53,20 @@ from ..backends import reference
 from ..epilogue import BiasOrder, epilogue
 from ..formats import Fp8Format
 from ..platforms.profiles import SplitFamily
-from ..presets import ADA, B200_MMA_SYNC, HOPPER, CMode, Maturity, Preset, Rounding
+from ..presets import (
+    ADA,
+    B200_MMA_SYNC,
+    HOPPER,
+    SM120,
+    CMode,
+    Maturity,
+    Preset,
+    Rounding,
+)
 
 __all__ = [
     "CANDIDATES",
+    "NAMED",
     "SLOW_INTERVALS",
     "Candidate",
     "ProbeInput",
@@ -61,8 +74,8 @@ __all__ = [
     "ProbeStage",
     "ProbeVerdict",
     "analyse",
-    "one_thread",
     "candidate_plan",
+    "one_thread",
     "split_probe",
     "unsplit_probes",
 ]
@@ -134,7 +147,7 @@ class Candidate:
 
     def preset(self) -> Preset:
         """The shipped preset with these fields, else an experimental one named after them."""
-        for shipped in (HOPPER, ADA, B200_MMA_SYNC):
+        for shipped in NAMED:
             if Candidate.of(shipped) == self:
                 return shipped
         return Preset(self.name, block_size=self.block_size, frac_bits=self.frac_bits, c_mode=self.c_mode,
@@ -150,6 +163,11 @@ class Candidate:
         """The candidate of a preset."""
         return Candidate(preset.block_size, preset.frac_bits, preset.c_mode, preset.rounding)
 
+
+#: The shipped FP8 presets a verdict names when their candidate fits: the validated GEMM presets, and the two
+#: experimental Blackwell ones the probes exist to tell apart on a GPU (``b200_mma_sync``: c added last, the sum
+#: rounded to nearest; ``sm120``: the paper's B200 model, c aligned and truncated).
+NAMED: tuple[Preset, ...] = (HOPPER, ADA, B200_MMA_SYNC, SM120)
 
 #: The candidates stage 1 searches: block size x fraction bits x c mode x rounding.
 CANDIDATES: tuple[Candidate, ...] = tuple(
@@ -421,8 +439,7 @@ def _analyse(results: Sequence[ProbeResult], candidates: Iterable[Candidate]) ->
                 fitting.append(cand)
     else:
         notes.append("no arithmetic probe ran unsplit: the arithmetic is undetermined")
-    shipped = tuple(c.preset().name for c in fitting if c.preset().maturity is Maturity.VALIDATED
-                    or c.preset() is B200_MMA_SYNC)
+    shipped = tuple(c.preset().name for c in fitting if any(c.preset() is p for p in NAMED))
     preset: Preset | None = None
     if len(shipped) == 1:
         preset = next(c.preset() for c in fitting if c.preset().name == shipped[0])

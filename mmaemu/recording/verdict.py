@@ -3,7 +3,9 @@
 :func:`probe_document` writes the probe results a recorder measured; :func:`results_from_document`
 reads them back, checking every field (a recording is untrusted input); :func:`verdict_from_recording`
 analyses them (:func:`mmaemu.recording.probes.analyse`, and the bias probes of
-:mod:`mmaemu.recording.bias`), cached per process by the files' sha256.
+:mod:`mmaemu.recording.bias`), cached per process by the files' sha256 and the recorded compute
+capability. On an sm_120 GPU the verdict says whether the probes confirm the experimental ``sm120``
+preset (:func:`sm120_note`).
 """
 
 from __future__ import annotations
@@ -18,11 +20,20 @@ import torch
 from ..errors import RecordingDamagedError
 from ..formats import Fp8Format
 from ..platforms.profiles import get_profile
+from ..presets import B200_MMA_SYNC, SM120
 from .bias import BiasResult, bias_results, fitting_orders
 from .format import Recording
-from .probes import PROBES_FORMAT, ProbeInput, ProbeResult, ProbeStage, ProbeVerdict, one_thread, analyse
+from .probes import (
+    PROBES_FORMAT,
+    ProbeInput,
+    ProbeResult,
+    ProbeStage,
+    ProbeVerdict,
+    analyse,
+    one_thread,
+)
 
-__all__ = ["probe_document", "results_from_document", "verdict_from_recording"]
+__all__ = ["probe_document", "results_from_document", "sm120_note", "verdict_from_recording"]
 
 
 def probe_document(results: Sequence[ProbeResult], errors: Mapping[str, str] | None = None,
@@ -125,17 +136,18 @@ def _probe_result(p: Any, arrays: Mapping[str, np.ndarray]) -> ProbeResult | Non
     return ProbeResult(ProbeInput(name, stage, ta, tb, p["fast"]), t_out, p["S"], p["custom"])
 
 
-_VERDICTS: dict[tuple[str, str], ProbeVerdict] = {}
+_VERDICTS: dict[tuple[str, str, str], ProbeVerdict] = {}
 
 
 def verdict_from_recording(rec: Recording) -> ProbeVerdict:
     """The probes' verdict for a recording (no probes: a verdict that fits nothing).
 
-    The verdict is a function of ``probes.json`` and ``probes.npz`` only; it is cached per process by
-    their sha256.
+    The verdict is a function of ``probes.json``, ``probes.npz`` and the recorded compute capability
+    (:func:`sm120_note`) only; it is cached per process by the files' sha256 and the capability.
     """
-    key = tuple(rec.files.get(name, "") for name in ("probes.json", "probes.npz"))
-    cached = _VERDICTS.get((key[0], key[1]))
+    capability = rec.environment.get("capability")
+    key = (rec.files.get("probes.json", ""), rec.files.get("probes.npz", ""), repr(capability))
+    cached = _VERDICTS.get(key)
     if cached is not None:
         return cached
     doc = rec.probes()
@@ -144,8 +156,40 @@ def verdict_from_recording(rec: Recording) -> ProbeVerdict:
     biased = bias_results(doc, rec.probe_arrays()) if doc is not None else []
     if biased:
         verdict = _with_bias(verdict, biased)
-    _VERDICTS[(key[0], key[1])] = verdict
+    note = sm120_note(verdict, tuple(capability) if isinstance(capability, list) else None)
+    if note is not None:
+        verdict = dataclasses.replace(verdict, notes=(*verdict.notes, note), summary=f"{verdict.summary}; {note}")
+    _VERDICTS[key] = verdict
     return verdict
+
+
+def sm120_note(verdict: ProbeVerdict, capability: tuple[int, ...] | None) -> str | None:
+    """What the arithmetic probes say of the experimental ``sm120`` preset, or None when they say nothing.
+
+    On a GPU of compute capability 12.x (sm_120: RTX 50-series, RTX PRO 6000) the probes confirm
+    ``sm120`` (the paper's B200 model fits, alone among the candidates) or contradict it (naming what
+    fits instead, ``b200_mma_sync`` among them). Elsewhere the note appears only when ``sm120``'s
+    arithmetic is the one that fits, to say that the GPU is not an sm_120 one.
+
+    Args:
+        verdict: the probes' verdict.
+        capability: the recorded ``[major, minor]``, or None when not recorded.
+    """
+    fitting = [c.preset().name for c in verdict.fitting]
+    if capability is None or len(capability) != 2 or capability[0] != 12:
+        if verdict.preset is SM120:
+            where = f"compute capability {capability[0]}.{capability[1]}" if capability and len(capability) == 2 \
+                else "an unrecorded compute capability"
+            return f"sm120's arithmetic (the paper's B200 model) fits a GPU of {where}, not an sm_120 one"
+        return None
+    if not verdict.fitting:
+        return "sm_120 GPU: the arithmetic probes are undetermined or fit no candidate; sm120 is not confirmed"
+    if fitting == [SM120.name]:
+        return "sm_120 GPU: the arithmetic probes confirm preset 'sm120' (the B200 model of arXiv:2512.07004)"
+    others = ", ".join(fitting)
+    also = " (b200_mma_sync's structure fits: the HMMA rewrite)" if B200_MMA_SYNC.name in fitting else ""
+    verb = "do not decide" if SM120.name in fitting else "contradict"
+    return f"sm_120 GPU: the arithmetic probes {verb} preset 'sm120': {others} fit{also}"
 
 
 def _with_bias(verdict: ProbeVerdict, biased: Sequence[BiasResult]) -> ProbeVerdict:
