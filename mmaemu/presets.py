@@ -164,7 +164,7 @@ HOPPER = Preset(
     block_size=32,
     frac_bits=13,
     maturity=Maturity.VALIDATED,
-    source="H100 wgmma vectors (hw-vectors/h100_e4m3.npz, 5,000 of 5,000); seeds 002 (H100 PCIe cuBLAS); "
+    source="H100 wgmma vectors (hw-vectors/h100_e4m3.npz, 5,000 of 5,000); specified (H100 PCIe cuBLAS); "
     "fp16 accumulator not recorded for wgmma (the file's fp16 outputs are mma.sync: hopper_mma_sync)",
     unmodelled=frozenset({Accumulator.FP16}),
 )

@@ -69,7 +69,7 @@ from .probes import (
     split_probe,
     unsplit_probes,
 )
-from .verdict import probe_document
+from .verdict import probe_document, with_sm120_note
 
 __all__ = ["Recorder", "check_out", "main_record", "record"]
 
@@ -245,7 +245,7 @@ class Recorder:
             self.budget.progress(done + 1, len(inputs))
         self.budget.progress(len(results), len(inputs), force=True)
         biased = self._bias_probes(errors) if status is SectionStatus.COMPLETE else []
-        verdict = analyse(results)
+        verdict = with_sm120_note(analyse(results), self.device.environment().get("capability"))
         doc, arrays = probe_document(results, errors, {"verdict_at_recording": verdict.to_json()})
         doc["bias_probes"], bias_arrays = bias_document(biased)
         writer.write_probes(doc, {**arrays, **bias_arrays})

@@ -33,7 +33,7 @@ from .probes import (
     one_thread,
 )
 
-__all__ = ["probe_document", "results_from_document", "sm120_note", "verdict_from_recording"]
+__all__ = ["probe_document", "results_from_document", "sm120_note", "verdict_from_recording", "with_sm120_note"]
 
 
 def probe_document(results: Sequence[ProbeResult], errors: Mapping[str, str] | None = None,
@@ -156,11 +156,17 @@ def verdict_from_recording(rec: Recording) -> ProbeVerdict:
     biased = bias_results(doc, rec.probe_arrays()) if doc is not None else []
     if biased:
         verdict = _with_bias(verdict, biased)
-    note = sm120_note(verdict, tuple(capability) if isinstance(capability, list) else None)
-    if note is not None:
-        verdict = dataclasses.replace(verdict, notes=(*verdict.notes, note), summary=f"{verdict.summary}; {note}")
+    verdict = with_sm120_note(verdict, capability)
     _VERDICTS[key] = verdict
     return verdict
+
+
+def with_sm120_note(verdict: ProbeVerdict, capability: object) -> ProbeVerdict:
+    """The verdict with :func:`sm120_note`'s note (if any) for a recorded capability (``[major, minor]``)."""
+    note = sm120_note(verdict, tuple(capability) if isinstance(capability, list) else None)
+    if note is None:
+        return verdict
+    return dataclasses.replace(verdict, notes=(*verdict.notes, note), summary=f"{verdict.summary}; {note}")
 
 
 def sm120_note(verdict: ProbeVerdict, capability: tuple[int, ...] | None) -> str | None:
