@@ -1,4 +1,5 @@
-"""tools/device_check.py without a GPU: its dry run (Triton interpreter on the CPU) and its non-GPU parts."""
+"""tools/device_check.py without a GPU: its dry run end to end (Triton's interpreter on the CPU), a step
+that raises, the budget, the exit status and the report written after every step."""
 
 from __future__ import annotations
 
@@ -6,89 +7,177 @@ import json
 import os
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 import torch
-
 from conftest import load_tool
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "tools" / "device_check.py"
+STEP_NAMES = ["versions", "selftest", "headline", "scaled_mm_vs_model", "exactness", "timing", "recording"]
 
 
 def _load() -> ModuleType:
     return load_tool("device_check")
 
 
-def test_dry_run_writes_the_report(tmp_path: Path) -> None:
+def test_dry_run_exercises_every_step_and_exits_0(tmp_path: Path) -> None:
+    """Every step runs (none skipped, none failed) and the run exits 0; what comes back fits $OUT's 8 files."""
     pytest.importorskip("triton", reason="triton is not installed (pip install 'mmaemu[triton]')")
     env = dict(os.environ, TRITON_INTERPRET="1")
     done = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--out", str(tmp_path), "--max-cases", "3"],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=400)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=1500, check=False)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-3000:]
     report = json.loads((tmp_path / "device_check.json").read_text())
-    assert report["dry_run"] is True
-    assert {"torch", "triton", "cublaslt", "gpu", "driver"} <= set(report["versions"])
-    assert report["selftest"]["passed"]
-    assert [r["status"] for r in report["exactness"]] == ["exact"] * 10  # 3 cases, then the 7 dry edges
-    edges = [r["case"] for r in report["exactness"][3:]]
-    assert [e.split(":")[0] for e in edges] == ["N % 16 != 0 (N = 50)", "N = 1", "M = 1", "M = N = 1",
-                                                "custom preset B=8, F=11", "few outputs, slow accumulation, S = 3 pairwise",
-                                                "few outputs, slow accumulation, S = 3 pairwise, RZ"]
-    timing = report["timing"]
-    assert [r["shape"] for r in timing] == [list(s) for s in _load().DRY_TIMED_SHAPES]
-    for row in timing:
-        assert row["exact"] and row["triton_scaled_mm_s"] > 0 and row["triton_accumulate_tmacs"] > 0
-        assert row["rz_exact"] and row["rz_accumulate_tmacs"] > 0 and row["kernel"].startswith("chain_gemm")
-        assert "native_scaled_mm_s" in row
-    assert all(e.get("exact") for e in timing[0]["tile_sweep"])
-    table = (tmp_path / "device_check.txt").read_text()
-    assert "DRY RUN" in table and "| M, N, K |" in table and "self-test: passed" in table
+    assert report["dry_run"] is True and report["exit_status"] == 0
+    assert [s["name"] for s in report["steps"]] == STEP_NAMES
+    assert {s["name"]: s["status"] for s in report["steps"]} == dict.fromkeys(STEP_NAMES, "passed")
+    steps = {s["name"]: s["result"] for s in report["steps"]}
+    assert {"torch", "triton", "cublaslt", "gpu", "driver"} <= set(steps["versions"])
+    assert steps["selftest"]["passed"]
+    head = steps["headline"]
+    assert head["native_differing"] == 0 and head["rz_differing"] == 0 and head["native_kernel_s"] > 0
+    assert head["rz_e2e_tmacs"] > 0
+    assert {r["status"] for r in steps["scaled_mm_vs_model"]["rows"]} == {"exact"}
+    assert [r["status"] for r in steps["exactness"]["rows"]] == ["exact"] * 10  # 3 cases, then the 7 dry edges
+    timing = steps["timing"]
+    assert all(r["rz_differing"] == 0 and r.get("native_differing", 0) == 0 for r in timing["shapes"])
+    assert all(e["differing"] == 0 and e["tmacs"] > 0 for e in timing["tile_sweep"])
+    archive = tmp_path / steps["recording"]["archive"]
+    with tarfile.open(archive) as tar:
+        assert any(name.endswith("manifest.json") for name in tar.getnames()), tar.getnames()
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert len(files) <= 8 and {"device_check.json", "device_check.txt", "device_check.log"} <= set(files), files
+    assert "[" in done.stdout and "selftest: PASSED" in done.stdout  # progress lines, unbuffered
+    assert "exit status 0" in (tmp_path / "device_check.txt").read_text()
 
 
-def test_cases_cover_every_scheme_and_k_not_a_multiple_of_128() -> None:
+def _context(dc: ModuleType, tmp_path: Path, budget: float = 100.0) -> Any:
+    args = dc._parse(["--out", str(tmp_path), "--budget-s", str(budget)])
+    report: dict[str, Any] = {"dry_run": True, "budget_s": budget, "steps": []}
+    return dc.Context(args, torch.device("cpu"), True, dc.time.perf_counter(), tmp_path, report, None)
+
+
+def test_a_step_that_raises_is_reported_and_the_run_continues(tmp_path: Path) -> None:
+    dc = _load()
+    ctx = _context(dc, tmp_path)
+    seen: list[str] = []
+
+    def boom(ctx: Any) -> None:
+        dc._keep(ctx, "boom", {"found": "half"})
+        raise ZeroDivisionError("a bug in the step")
+
+    def after(ctx: Any) -> dict[str, Any]:
+        # the report on disk already says what happened to the step before
+        on_disk = json.loads((tmp_path / "device_check.json").read_text())
+        seen.append(on_disk["steps"][0]["status"])
+        return {"ok": True}
+
+    dc.run_step(ctx, "boom", 0.0, boom)
+    dc.run_step(ctx, "after", 0.0, after)
+    first, second = ctx.report["steps"]
+    assert first["status"] == "error" and "ZeroDivisionError: a bug in the step" in first["error"]
+    assert "ZeroDivisionError" in first["traceback"] and first["result"] == {"found": "half"}
+    assert second["status"] == "passed" and seen == ["error"]
+    assert dc.exit_status(ctx.report) == 1
+    assert "boom" in (tmp_path / "device_check.txt").read_text()
+
+
+def test_exit_status_is_0_only_when_every_step_passed(tmp_path: Path) -> None:
+    dc = _load()
+    ctx = _context(dc, tmp_path, budget=10.0)
+    dc.run_step(ctx, "fine", 0.0, lambda ctx: {"x": 1})
+    assert dc.exit_status(ctx.report) == 0
+    dc.run_step(ctx, "too long", 1e9, lambda ctx: {"x": 2})  # skipped: the budget has no room
+    assert ctx.report["steps"][-1]["status"] == "skipped" and dc.exit_status(ctx.report) == 1
+
+    def failing(ctx: Any) -> None:
+        raise dc.CheckFailed("3 outputs differ")
+
+    def partial(ctx: Any) -> None:
+        raise dc.Partial("2 cases skipped by the budget")
+
+    for fn, status in ((failing, "failed"), (partial, "skipped")):
+        ctx.report["steps"] = []
+        dc.run_step(ctx, "step", 0.0, fn)
+        assert ctx.report["steps"][0]["status"] == status and dc.exit_status(ctx.report) == 1
+    assert dc.exit_status({"steps": []}) == 1
+
+
+def test_run_records_every_step_and_exits_1_when_one_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The whole run with stand-in steps: a failing step does not stop the others, the recording runs last,
+    and the exit status is 1."""
+    dc = _load()
+    ran: list[str] = []
+
+    def step(name: str, fail: bool = False) -> Any:
+        def fn(ctx: Any) -> dict[str, str]:
+            ran.append(name)
+            if fail:
+                raise RuntimeError(f"{name} broke")
+            return {"name": name}
+        return fn
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # what run() sets for a dry run, restored afterwards
+    monkeypatch.setenv("PYTHONUNBUFFERED", "1")
+    monkeypatch.setattr(dc, "STEPS", [("a", 0.0, step("a")), ("b", 0.0, step("b", fail=True)), ("c", 0.0, step("c"))])
+    monkeypatch.setattr(dc, "step_recording", step("recording"))
+    assert dc.run(["--dry-run", "--out", str(tmp_path)]) == 1
+    assert ran == ["a", "b", "c", "recording"]
+    report = json.loads((tmp_path / "device_check.json").read_text())
+    assert [(s["name"], s["status"]) for s in report["steps"]] == [("a", "passed"), ("b", "error"), ("c", "passed"),
+                                                                  ("recording", "passed")]
+    assert report["exit_status"] == 1
+    monkeypatch.setattr(dc, "STEPS", [("a", 0.0, step("a"))])
+    assert dc.run(["--dry-run", "--out", str(tmp_path / "again")]) == 0
+
+
+def test_the_recording_needs_its_minimum(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the GPU the recording runs only when --record-min-s of the budget remain; otherwise it is skipped
+    (and the exit status says so)."""
+    dc = _load()
+    ctx = _context(dc, tmp_path, budget=100.0)
+    dc.run_step(ctx, "recording", ctx.args.record_min_s, dc.step_recording)
+    step = ctx.report["steps"][0]
+    assert step["status"] == "skipped" and "needs about 240 s" in step["reason"]
+
+
+def test_cases_cover_every_scheme_format_pair_and_k_not_a_multiple_of_128() -> None:
     dc = _load()
     for dry in (True, False):
         cases = dc.exactness_cases(dry)
         assert {c["split"].scheme.value for c in cases} == {"none", "contiguous", "serial", "pairwise"}
-        assert {c["split"].parts for c in cases} == {1, 2, 3, 4}
+        assert {c["split"].parts for c in cases} == {1, 2, 3, 4, 6}
         assert {c["preset"] for c in cases} == {"hopper", "ada"}
-        assert {c["fmt"] for c in cases} == {("e4m3", "e4m3"), ("e4m3", "e5m2"), ("e5m2", "e4m3")}
+        assert {c["fmt"] for c in cases} == {(a, b) for a in ("e4m3", "e5m2") for b in ("e4m3", "e5m2")}
         assert {c["fast"] for c in cases} == {True, False}
         assert any(c["k"] % 128 for c in cases)
-    assert dc.TIMED_SHAPES == [(2048, 5760, 1920), (8192, 8192, 8192)]
+    assert dc.HEADLINE == (2048, 5760, 1920) and (8192, 8192, 8192) in dc.TIMED_SHAPES
+    assert {(m, n, k) for m, n, k in dc.EVO2_SHAPES if (n, k) == (5760, 1920)}  # the Evo 2 1B projection
 
 
-def test_budget_skips_steps() -> None:
-    dc = _load()
-    budget = dc.Budget(0.0)
-    rows = dc.check_exactness(torch.device("cpu"), True, budget, max_cases=2)
-    assert [r["status"] for r in rows] == ["skipped (budget)"] * 2
-    timing = dc.time_shapes(torch.device("cpu"), True, budget)
-    assert all(r["status"] == "skipped (budget)" for r in timing)
-
-
-def test_text_table_states_the_bar() -> None:
+def test_text_summary_states_the_bar() -> None:
     dc = _load()
     report = {
-        "dry_run": False, "elapsed_s": 300.0,
-        "versions": {"gpu": "NVIDIA H200", "sm": "sm_90", "driver": "570", "torch": "2.11", "cuda_runtime": "12.8",
-                     "triton": "3.6", "cublaslt": "12.8", "mmaemu": "0"},
-        "selftest": {"passed": True, "summary": "all 2 kernels passed"},
-        "exactness": [{"case": "c", "status": "exact"}, {"case": "d", "status": "2 outputs differ"}],
-        "timing": [{"shape": [2048, 5760, 1920], "exact": True, "checked_rows": 2048, "triton_scaled_mm_s": 0.01,
-                    "triton_scaled_mm_tmacs": 2.2, "triton_accumulate_tmacs": 8.5, "native_scaled_mm_tmacs": 600.0,
-                    "triton_over_native": 270.0, "tile_sweep": [{"block_m": 64, "block_n": 64, "num_warps": 8,
-                                                                 "tmacs": 5.5, "exact": True}]}],
+        "dry_run": False, "elapsed_s": 300.0, "budget_s": 390.0,
+        "versions": {"gpu": "NVIDIA H200", "sm": "sm_90", "driver": "570", "torch": "2.11", "cuda_runtime": "13.0",
+                     "triton": "3.6", "cublaslt": "13.0", "mmaemu": "0"},
+        "steps": [{"name": "headline", "status": "passed", "seconds": 20.0,
+                   "result": {"shape": [2048, 5760, 1920], "native_e2e_tmacs": 60.0, "native_kernel_tmacs": 150.0,
+                              "native_differing": 0, "rz_e2e_tmacs": 2.0, "rz_differing": 0,
+                              "torch_scaled_mm_tmacs": 600.0, "native_bar_met": True}},
+                  {"name": "scaled_mm_vs_model", "status": "failed", "seconds": 5.0, "reason": "1 of 2",
+                   "result": {"rows": [{"shape": [16, 64, 8192], "out": "bfloat16", "fast": True,
+                                        "status": "3 of 1024 outputs differ", "model_split": "3,contiguous",
+                                        "matching_contiguous_split": 4}]}}],
     }
-    table = dc.text_table(report)
-    assert "1 of 2 exact" in table and "d: 2 outputs differ" in table
-    assert "270.0x" in table and "tile 64x64 warps 8: 5.500 TMAC/s" in table
-    assert ">= 8.0 TMAC/s, exact): met" in table
-    report["timing"][0]["triton_accumulate_tmacs"] = 7.9
-    assert ">= 8.0 TMAC/s, exact): NOT met" in dc.text_table(report)
+    table = dc.text_summary(report)
+    assert "end to end 60.000, kernel 150.000" in table and ">= 50.0 TMAC/s end to end, exact): met" in table
+    assert "matching S 4" in table and "FAILED" in table and "exit status 1" in table
 
 
 def test_without_a_gpu_it_refuses_politely(tmp_path: Path) -> None:

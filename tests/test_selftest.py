@@ -21,6 +21,7 @@ import mmaemu
 from mmaemu import backends
 from mmaemu.backends import Backend, auto_fallback, resolve_backend
 from mmaemu.backends.triton import backend as triton_backend
+from mmaemu.backends.triton import native as triton_native
 from mmaemu.backends.triton import selftest as triton_selftest
 from mmaemu.backends.triton.selftest import KernelResult, SelfTestReport
 from mmaemu.cli import main
@@ -110,9 +111,9 @@ def test_a_failing_sm90_formulation_is_switched_off_and_the_exact_one_runs(monke
     def applies(preset: Preset, device: torch.device) -> bool:
         return preset.block_size == 32 and str(device) not in off
 
-    for module in (triton_backend, triton_selftest):
+    for module in (triton_backend, triton_native):
         monkeypatch.setattr(module, "native_applies", applies)
-    monkeypatch.setattr(triton_backend, "_NATIVE_OFF", off)
+    monkeypatch.setattr(triton_native, "_NATIVE_OFF", off)
     result = triton_selftest.selftest_kernel("cpu", mmaemu.presets.HOPPER, refresh=True)
     assert off == {"cpu"}
     assert result.passed and result.kernel.startswith("chain_gemm_rz[B=32,F=13]"), result
@@ -231,6 +232,40 @@ def test_package_works_without_triton() -> None:
         "assert main(['selftest', '--device', 'cpu']) == 1\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, check=False,
                           timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_the_cases_cover_what_a_wrong_sm90_kernel_could_hide() -> None:
+    """Program ids above 0 in both dimensions of the sm_90 kernel's 128 x 128 tile, the pairwise combination's
+    held pair (S >= 6), every FP8 format pair (E5M2 x E5M2 included), K over 2**16, K not a multiple of 16,
+    fast and slow accumulation, every split scheme."""
+    from mmaemu.accumulation import Scheme, combination_steps
+
+    cases = triton_selftest.CASES
+    tile = triton_backend.NATIVE_GPU_CONFIG
+    assert any(c.m > tile.block_m and c.n > tile.block_n for c in cases)
+    held = [c for c in cases if c.split.scheme is Scheme.PAIRWISE
+            and any(len(step) == 2 for step in combination_steps(c.split.parts, c.split.scheme))]
+    assert any(c.split.parts >= 6 for c in held)
+    # the sm_90 kernel is compiled per format pair and accumulation mode: each of the eight runs
+    assert {(c.fmt_a, c.fmt_b, c.fast) for c in cases} == {(a, b, fast) for a in ("e4m3", "e5m2")
+                                                           for b in ("e4m3", "e5m2") for fast in (True, False)}
+    assert any(c.k > 2**16 for c in cases) and any(c.k % 16 for c in cases)
+    assert {c.fast for c in cases} == {True, False}
+    assert {c.split.scheme for c in cases} == set(Scheme)
+
+
+@needs_triton
+def test_the_interpreter_skips_only_the_compiled_only_cases(clean_state: None) -> None:
+    """The interpreter runs every case but those marked compiled-only (K over 2**16 takes minutes there),
+    and the report says how many it skipped."""
+    if not triton_backend.interpreting():  # pragma: no cover
+        pytest.skip("kernels compiled for a GPU")
+    skipped = sum(c.compiled_only for c in triton_selftest.CASES)
+    assert 0 < skipped < len(triton_selftest.CASES)
+    report = triton_selftest.selftest("cpu")
+    for kernel in report.kernels:
+        assert f"{len(triton_selftest.CASES) - skipped} problems bit-exact" in kernel.reason
+        assert f"{skipped} compiled-only problems skipped in the interpreter" in kernel.reason

@@ -26,10 +26,14 @@ pytest.importorskip("triton", reason="triton is not installed (pip install 'mmae
 
 import mmaemu  # noqa: E402
 from conftest import FULL  # noqa: E402
-from mmaemu.accumulation import Scheme, SplitK, plan_accumulation  # noqa: E402
+from mmaemu.accumulation import Scheme, SplitK, flatten_plan, plan_accumulation  # noqa: E402
 from mmaemu.backends import reference  # noqa: E402
 from mmaemu.backends.triton import backend as triton_backend  # noqa: E402
-from mmaemu.backends.triton.backend import Formulation, TileConfig, accumulate  # noqa: E402
+from mmaemu.backends.triton import convert as triton_convert  # noqa: E402
+from mmaemu.backends.triton import launch as triton_launch  # noqa: E402
+from mmaemu.backends.triton import native as triton_native  # noqa: E402
+from mmaemu.backends.triton import rz as triton_rz  # noqa: E402
+from mmaemu.backends.triton.backend import Formulation, TileConfig  # noqa: E402
 from mmaemu.backends.triton.selftest import adversarial_codes  # noqa: E402
 from mmaemu.presets import ADA, B200_MMA_SYNC, HOPPER  # noqa: E402
 from mmaemu.testing import assert_bitwise_equal  # noqa: E402
@@ -56,8 +60,21 @@ def formulation(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
     name = getattr(request.node, "originalname", request.node.name)
     if request.param is Formulation.CONVERT and not FULL and name not in CONVERT_IN_CI:
         pytest.skip("the convert formulation runs this test with --full")
-    monkeypatch.setattr(triton_backend, "FORMULATION", request.param)
+    monkeypatch.setitem(_FORMULATION, "chosen", request.param)
     return request.param
+
+
+#: The formulation the running test asked for (the fixture's): the convert one is passed explicitly, the
+#: RZ one is the backend's own choice for the interpreter.
+_FORMULATION: dict[str, Formulation] = {"chosen": Formulation.RZ}
+
+
+def accumulate(a: torch.Tensor, b: torch.Tensor, preset: object, plan: object, config: TileConfig | None = None,
+               launch: object = None) -> torch.Tensor:
+    """The backend's accumulate with the fixture's formulation."""
+    chosen = _FORMULATION["chosen"]
+    return triton_backend.accumulate(a, b, preset, plan, config, launch=launch,  # type: ignore[arg-type]
+                                     formulation=chosen if chosen is Formulation.CONVERT else None)
 PAIRS = [("e4m3", "e4m3"), ("e4m3", "e5m2"), ("e5m2", "e4m3")]
 FMT = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
 NONE = SplitK(1, Scheme.NONE)
@@ -178,8 +195,7 @@ def test_parallel_chains_are_added_in_k_order(formulation: Formulation) -> None:
     assert_bitwise_equal(got, want)
     # the sm_90 formulation's launcher combines its chains the same way (every sum here is exact in the
     # interpreter's float matmul too)
-    assert_bitwise_equal(triton_backend._accumulate_native(a8, b8, HOPPER, plan, triton_backend.flatten_plan(plan)),
-                         want)
+    assert_bitwise_equal(triton_native.accumulate_native(a8, b8, HOPPER, plan, flatten_plan(plan)), want)
 
 
 def test_parallel_chains_recompute_outputs_meeting_inf(formulation: Formulation) -> None:
@@ -224,27 +240,68 @@ def _small_integers(rows: int, k: int, seed: int) -> torch.Tensor:
 
 
 @pytest.mark.parametrize(("split", "fast"), [(NONE, True), (NONE, False), (SplitK(3, Scheme.PAIRWISE), True),
-                                             (SplitK(2, Scheme.SERIAL), False)], ids=repr)
+                                             (SplitK(2, Scheme.SERIAL), False), (SplitK(3, Scheme.CONTIGUOUS), False),
+                                             (SplitK(2, Scheme.CONTIGUOUS), True)], ids=repr)
 def test_the_sm90_formulations_layout_in_the_interpreter(split: SplitK, fast: bool, formulation: Formulation) -> None:
     """The interpreter cannot run the GPU's FP8 instruction (its tl.dot is a float matmul), so this checks
-    what it can: the padded k order, the chains and the combination, the tile edges and NaN/Inf codes
-    entering as zeros, on data where every sum is exact (small integers: the model truncates nothing)."""
+    what it can: the layout (direct or gathered), the chains and the combination, the tile edges (rows past
+    128, read clamped) and the outputs a NaN code does not reach, on data where every sum is exact (small
+    integers: the model truncates nothing)."""
     if formulation is not Formulation.RZ:
         pytest.skip("one run suffices")
     k = 272 + 16 * split.parts
     a, b = _small_integers(130, k, 1), _small_integers(5, k, 2)
     codes = a.view(torch.uint8).clone()
-    codes[3, 7] = 0x7F  # NaN: the kernel reads +0 (the caller writes NaN over the row afterwards)
+    codes[3, 7] = 0x7F  # NaN: row 3's outputs are unspecified here (the caller writes NaN over them)
     nan_a = codes.view(torch.float8_e4m3fn)
     plan = plan_accumulation(k, fast=fast, split=split)
-    got = triton_backend._accumulate_native(nan_a, b, HOPPER, plan, triton_backend.flatten_plan(plan))
-    zeroed = codes.clone()
-    zeroed[3, 7] = 0
-    assert_bitwise_equal(got, reference.accumulate(zeroed.view(torch.float8_e4m3fn), b, HOPPER, plan))
+    got = triton_native.accumulate_native(nan_a, b, HOPPER, plan, flatten_plan(plan))
+    want = reference.accumulate(nan_a, b, HOPPER, plan)
+    rows = [r for r in range(130) if r != 3]
+    assert_bitwise_equal(got[rows], want[rows])
+def test_the_sm90_formulation_feeds_hoppers_plans_to_the_kernel_as_they_are() -> None:
+    """The hot path: hopper's plans (unsplit or contiguous parts, fast or slow, K % 16 == 0) reach the kernel
+    with no gather and no copy; round-robin splits and K not a multiple of 16 are gathered, every chain
+    padded to 128; slow accumulation is the kernel's SLOW mode (a chain per step of 128)."""
+    def layout(k: int, fast: bool, split: SplitK) -> triton_native.NativeLayout:
+        return triton_native.native_layout(flatten_plan(plan_accumulation(k, fast=fast, split=split)), k)
+
+    direct = layout(1920, True, NONE)
+    assert direct.direct and direct.bounds == (0, 1920) and not direct.slow
+    slow = layout(1936, False, NONE)
+    assert slow.direct and slow.bounds == (0, 1936) and slow.slow
+    parts = layout(8192, True, SplitK(3, Scheme.CONTIGUOUS))
+    assert parts.direct and len(parts.bounds) == 6 and all(b % 128 == 0 for b in parts.bounds)
+    empty = layout(256, True, SplitK(4, Scheme.CONTIGUOUS))  # two k-tiles of 128 over four parts
+    assert empty.direct and sorted(empty.bounds[i:i + 2] for i in range(0, 8, 2)) == [(0, 0), (0, 0), (0, 128),
+                                                                                        (128, 256)]
+    for k, split in ((200, NONE), (512, SplitK(2, Scheme.SERIAL)), (640, SplitK(3, Scheme.PAIRWISE))):
+        gathered = layout(k, False, split)
+        assert not gathered.direct and gathered.k_index is not None and all(b % 128 == 0 for b in gathered.bounds)
+    a, b = _small_integers(3, 256, 5), _small_integers(4, 256, 6)
+    call = triton_native.prepare_native(a, b, plan_accumulation(256, fast=True, split=NONE),
+                                        flatten_plan(plan_accumulation(256, fast=True, split=NONE)))
+    assert call.a.data_ptr() == a.data_ptr() and call.b.data_ptr() == b.data_ptr()  # no copy
+    assert_bitwise_equal(call.run(), reference.accumulate(a, b, HOPPER, plan_accumulation(256, fast=True, split=NONE)))
+
+
+def test_the_sm90_formulation_scans_only_e5m2_operands_for_inf(monkeypatch: pytest.MonkeyPatch) -> None:
+    """E4M3 has no Inf code: its operands are never scanned (a scan is a host synchronisation); an E5M2
+    operand's Inf outputs are recomputed by the reference."""
+    a = _small_integers(4, 128, 7)
+    assert not triton_native._has_inf(a)
+    b = _small_integers(5, 128, 8).float().to(torch.float8_e5m2)
+    codes = b.view(torch.uint8).clone()
+    codes[2, 9] = 0x7C  # +Inf
+    b_inf = codes.view(torch.float8_e5m2)
+    assert triton_native._has_inf(b_inf)
+    plan = plan_accumulation(128, fast=True, split=NONE)
+    got = triton_native.accumulate_native(a, b_inf, HOPPER, plan, flatten_plan(plan))
+    assert_bitwise_equal(got, reference.accumulate(a, b_inf, HOPPER, plan))
 
 
 def test_the_sm90_formulation_applies_only_there_and_to_the_hopper_arithmetic(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(triton_backend, "interpreting", lambda: False)
+    monkeypatch.setattr(triton_native, "interpreting", lambda: False)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     capability = [(9, 0)]
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability[0])
@@ -261,7 +318,7 @@ def test_the_sm90_formulation_applies_only_there_and_to_the_hopper_arithmetic(mo
     monkeypatch.setenv(triton_backend.NATIVE_ENV, "0")
     assert not triton_backend.native_applies(HOPPER, gpu)
     monkeypatch.delenv(triton_backend.NATIVE_ENV)
-    monkeypatch.setattr(triton_backend, "_NATIVE_OFF", {"cuda:0"})
+    monkeypatch.setattr(triton_native, "_NATIVE_OFF", {"cuda:0"})
     assert not triton_backend.native_applies(HOPPER, gpu)
 
 
@@ -269,7 +326,7 @@ def test_the_sm90_formulation_applies_only_there_and_to_the_hopper_arithmetic(mo
                                       ("1", True), ("yes", True), ("", True)])
 def test_the_native_switch_is_a_boolean_variable(monkeypatch: pytest.MonkeyPatch, value: str, on: bool) -> None:
     """Old code: only the exact string "0" turned the sm_90 formulation off."""
-    monkeypatch.setattr(triton_backend, "interpreting", lambda: False)
+    monkeypatch.setattr(triton_native, "interpreting", lambda: False)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
     monkeypatch.setenv(triton_backend.NATIVE_ENV, value)
@@ -295,17 +352,19 @@ def test_every_tile_is_launched_on_one_grid_axis_on_the_operands_device(monkeypa
     """One grid axis (CUDA caps the others at 65,535 programs: N > 4,194,240 failed with 64-wide tiles),
     each program mapping to its (row, column) tile; the launch runs under the operands' device."""
     entered: list[torch.device] = []
-    real = triton_backend._on_device
+    real = triton_launch.on_device
 
     def recording(device: torch.device):  # type: ignore[no-untyped-def]
         entered.append(device)
         return real(device)
 
-    monkeypatch.setattr(triton_backend, "_on_device", recording)
+    monkeypatch.setattr(triton_convert, "on_device", recording)
+    monkeypatch.setattr(triton_rz, "on_device", recording)
     a, b = adversarial_codes(5, 64, "e4m3", 41), adversarial_codes(70, 64, "e5m2", 42)
     check(a, b, HOPPER, True, NONE, TileConfig(2, 8, 1))  # 3 x 9 tiles, the last row and column cut
     assert entered == [torch.device("cpu")]
-    monkeypatch.setattr(triton_backend, "MAX_PROGRAMS", 26)
+    monkeypatch.setattr(triton_convert, "MAX_PROGRAMS", 26)
+    monkeypatch.setattr(triton_rz, "MAX_PROGRAMS", 26)
     with pytest.raises(ValueError, match="27 tiles of 2 x 8"):
         accumulate(a, b, HOPPER, plan_accumulation(64, fast=True, split=NONE), TileConfig(2, 8, 1))
 
@@ -424,20 +483,8 @@ sys.path.insert(0, "tools")
 import gpu_static as gs
 for kernel in ("chain_gemm", "chain_gemm_rz"):
     for block in (32, 16):
-        v = gs.Variant("t", block, 13, 64, 64, 8, kernel)
-        import triton
-        from triton.backends.compiler import GPUTarget
-        from triton.compiler import ASTSource
-        from mmaemu.backends.triton import kernels as K
-        if kernel == "chain_gemm":
-            src = ASTSource(K.chain_gemm_kernel, gs.SIGNATURE,
-                            constexprs={"BLOCK": block, "FRAC": 13, "BLOCK_M": 64, "BLOCK_N": 64})
-        else:
-            src = ASTSource(K.chain_gemm_rz_kernel, gs.SIGNATURE_RZ,
-                            constexprs={"BLOCK": block, "FRAC": 13, "BLOCK_M": 64, "BLOCK_N": 64, "NATIVE_RZ": True,
-                                        "ONE_CHAIN": False})
-        ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                             options={"num_warps": 8, "enable_fp_fusion": False}).asm["ptx"]
+        v = gs.Variant("t", block, 13, 64, 64, 8, kernel, one_chain=False)
+        ptx = gs.compile_variant(v, 90).asm["ptx"]  # with the JIT's specialisation, as the backend launches it
         body = "\n".join(l for l in ptx.splitlines() if not l.strip().startswith("//"))
         print(kernel, block, len(re.findall(r"\bfma\.rn", body)), len(re.findall(r"\bfma\.rz", body)),
               len(re.findall(r"\b(mma|wgmma)\b", body)), len(re.findall(r"cvt\.rzi\.s32\.f32", body)),
