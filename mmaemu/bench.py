@@ -2,15 +2,20 @@
 
 For each shape ``M x K x N`` (E4M3 operands drawn from a seeded generator, bf16 output, scales 1):
 
-1. the cpu and reference backends' outputs are compared bit for bit (nothing is timed before);
-2. median times of the reference backend, the cpu backend, torch's fp32 matmul of the same operands
-   (``x.float() @ w.float().t()``) and torch's native CPU ``torch._scaled_mm`` where it exists;
+1. the cpu and reference backends' outputs are compared bit for bit (nothing is timed before); above
+   :data:`FULL_CHECK_MACS` on the first and last :data:`CHECK_ROWS` rows of ``a`` (every column);
+2. median times of the reference backend (above that size on those rows, scaled to all rows), the
+   cpu backend and torch's fp32 matmul of the same operands (``x.float() @ w.float().t()``), the
+   last two interleaved and also as process CPU time (robust to other processes' load on a shared
+   machine), and torch's native CPU ``torch._scaled_mm`` where it exists;
 3. with ``--configs``, the cpu backend's time for the other configurations of the bars (ada, slow
    accumulation, E5M2 x E4M3; a split call with S = 4), each checked against the reference first, as
    a ratio to the first configuration;
-4. with ``--zoo``, the cpu backend's ``accumulate`` time per multiply-accumulate for the zoo formats
-   (fp16, bf16, tf32 on every architecture that has them) as a ratio to its E4M3 ``accumulate`` time
-   (hopper, fast) at the same shape, each checked against the reference backend on 64 rows first;
+4. with ``--zoo``, at the last shape only, the cpu backend's ``accumulate`` time per
+   multiply-accumulate for the zoo formats (fp16, bf16, tf32 on every architecture that has them) as
+   a ratio to its E4M3 ``accumulate`` time (hopper, fast) at the same shape, each checked against
+   the reference backend on :data:`ZOO_CHECK_ROWS` rows first (so one run gives both bars: list
+   the zoo's shape last);
 5. with ``--first-call``, the latency of the first cpu-backend call in a fresh process, with an
    empty numba cache (compilation) and with the on-disk cache of the previous run.
 
@@ -28,6 +33,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import TextIO
 
 import torch
@@ -37,7 +43,7 @@ from .plan import explain
 from .testing import assert_bitwise_equal
 from .version import __version__
 
-__all__ = ["Config", "CONFIGS", "median_time", "first_call_latency", "main_bench", "refusal", "run", "zoo_rows"]
+__all__ = ["CONFIGS", "Config", "cpu_name", "first_call_latency", "main_bench", "median_time", "refusal", "run", "zoo_rows"]
 
 
 @dataclass(frozen=True)
@@ -71,6 +77,38 @@ def median_time(fn: Callable[[], object], repeat: int) -> float:
     return statistics.median(times)
 
 
+def interleaved_times(fns: dict[str, Callable[[], object]], repeat: int) -> dict[str, tuple[float, float]]:
+    """(median wall time, median process CPU time) of each of ``fns``, their calls interleaved.
+
+    The calls alternate (a, b, a, b, ...), so a change in the machine's load between them touches
+    every function alike; the process CPU time (all threads) counts what the computation itself
+    used, which another process's load on a shared machine inflates less than the wall time.
+    """
+    wall: dict[str, list[float]] = {name: [] for name in fns}
+    cpu: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(max(1, repeat)):
+        for name, fn in fns.items():
+            start, start_cpu = time.perf_counter(), time.process_time()
+            fn()
+            wall[name].append(time.perf_counter() - start)
+            cpu[name].append(time.process_time() - start_cpu)
+    return {name: (statistics.median(wall[name]), statistics.median(cpu[name])) for name in fns}
+
+
+#: Above this many multiply-accumulates the reference backend (about 0.5 GMAC/s on two cores) is
+#: run on :data:`CHECK_ROWS` rows at each end of ``a`` only, for the bit check and for its time
+#: (scaled to all rows: its cost is linear in M).
+FULL_CHECK_MACS = 4e9
+CHECK_ROWS = 64
+
+
+def _checked_rows(m: int, macs: int) -> torch.Tensor | None:
+    """The rows of ``a`` the reference backend computes (None: all of them)."""
+    if macs <= FULL_CHECK_MACS or m <= 2 * CHECK_ROWS:
+        return None
+    return torch.cat([torch.arange(CHECK_ROWS), torch.arange(m - CHECK_ROWS, m)])
+
+
 def _operands(m: int, k: int, n: int, config: Config) -> tuple[torch.Tensor, torch.Tensor]:
     gen = torch.Generator().manual_seed(0)
     x = (torch.randn(m, k, generator=gen) * 40).clamp(-448, 448).to(config.fmt_a)
@@ -90,14 +128,21 @@ def refusal(m: int, k: int, n: int, config: Config) -> str | None:
     return ": ".join(plan.validation) if isinstance(plan.validation, tuple) else str(plan.validation)
 
 
-def _caller(x: torch.Tensor, w: torch.Tensor, config: Config) -> Callable[[str], torch.Tensor]:
+def _caller(x: torch.Tensor, w: torch.Tensor, config: Config) -> Callable[..., torch.Tensor]:
     one = torch.tensor(1.0)
 
-    def call(backend: str) -> torch.Tensor:
-        return scaled_mm(x, w.t(), one, one, out_dtype=torch.bfloat16, use_fast_accum=config.fast,
+    def call(backend: str, rows: torch.Tensor | None = None) -> torch.Tensor:
+        xr = x if rows is None else x[rows]
+        return scaled_mm(xr, w.t(), one, one, out_dtype=torch.bfloat16, use_fast_accum=config.fast,
                          profile=config.profile, splitk=config.splitk, backend=backend)
 
     return call
+
+
+def _check_bits(call: Callable[..., torch.Tensor], rows: torch.Tensor | None) -> None:
+    """The cpu backend's output equals the reference backend's, bit for bit (on ``rows`` of ``a``, or all)."""
+    got = call("cpu")
+    assert_bitwise_equal(got if rows is None else got[rows], call("reference", rows))
 
 
 _FIRST_CALL = """
@@ -110,12 +155,18 @@ print(time.perf_counter() - start)
 """
 
 
+#: Rows of ``a`` on which each zoo configuration is checked against the reference backend (whose
+#: float64 arithmetic takes tens of seconds for 8 rows of 4096 x 4096 on a loaded 2-core machine;
+#: ``tests/test_differential.py`` checks the zoo kernels bit for bit on every path).
+ZOO_CHECK_ROWS = 8
+
+
 def zoo_rows(m: int, k: int, n: int, repeat: int) -> list[dict[str, object]]:
     """The cpu backend's ``accumulate`` time for each zoo (architecture, format) over its E4M3 time.
 
     The operands are drawn once (normal values, seeded) and converted to each format; each
-    configuration's bits are checked against the reference backend on the first 64 rows of ``a``
-    before it is timed.
+    configuration's bits are checked against the reference backend on the first
+    :data:`ZOO_CHECK_ROWS` rows of ``a`` before it is timed.
     """
     import warnings
 
@@ -129,14 +180,17 @@ def zoo_rows(m: int, k: int, n: int, repeat: int) -> list[dict[str, object]]:
     w = torch.randn(n, k, generator=gen)
     rows: list[dict[str, object]] = []
 
-    def timed(a: torch.Tensor, b: torch.Tensor, preset: str | None) -> float:
+    def timed(a: torch.Tensor, b: torch.Tensor, preset: str | None) -> tuple[float, float]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ExperimentalPresetWarning)
-            assert_bitwise_equal(accumulate(a[:64], b, use_fast_accum=True, backend="cpu", preset=preset),
-                                 accumulate(a[:64], b, use_fast_accum=True, backend="reference", preset=preset))
-            return median_time(lambda: accumulate(a, b, use_fast_accum=True, backend="cpu", preset=preset), repeat)
+            assert_bitwise_equal(accumulate(a[:ZOO_CHECK_ROWS], b, use_fast_accum=True, backend="cpu", preset=preset),
+                                 accumulate(a[:ZOO_CHECK_ROWS], b, use_fast_accum=True, backend="reference",
+                                            preset=preset))
+            run = partial(accumulate, a, b, use_fast_accum=True, backend="cpu", preset=preset)
+            return interleaved_times({"run": run}, repeat)["run"]
 
-    base = timed(x.clamp(-448, 448).to(torch.float8_e4m3fn), w.clamp(-448, 448).to(torch.float8_e4m3fn), None)
+    base, base_process = timed(x.clamp(-448, 448).to(torch.float8_e4m3fn), w.clamp(-448, 448).to(torch.float8_e4m3fn),
+                               None)
     macs = m * n * k
     print(f"\nzoo: cpu accumulate at M, K, N = {m}, {k}, {n}, time per multiply-accumulate over E4M3's "
           f"(hopper, fast: {base * 1e3:.1f} ms, {macs / base / 1e9:.2f} GMAC/s):")
@@ -145,12 +199,27 @@ def zoo_rows(m: int, k: int, n: int, repeat: int) -> list[dict[str, object]]:
             a, b = round_to_tf32(x), round_to_tf32(w)
         else:
             a, b = x.to(fmt.dtype), w.to(fmt.dtype)
-        t = timed(a, b, arch.value)
+        t, t_process = timed(a, b, arch.value)
         rows.append({"preset": arch.value, "format": fmt.short_name, "block_size": preset.block_size,
-                     "cpu_s": t, "e4m3_cpu_s": base, "over_e4m3": t / base})
+                     "cpu_s": t, "e4m3_cpu_s": base, "over_e4m3": t / base, "cpu_process_s": t_process,
+                     "e4m3_cpu_process_s": base_process, "over_e4m3_process": t_process / base_process})
         print(f"  {arch.value:7s} {fmt.short_name}  B = {preset.block_size:2d}  {t * 1e3:9.1f} ms  "
-              f"{macs / t / 1e9:6.2f} GMAC/s  {t / base:5.2f}x E4M3")
+              f"{macs / t / 1e9:6.2f} GMAC/s  {t / base:5.2f}x E4M3 (wall), {t_process / base_process:5.2f}x (CPU time)")
     return rows
+
+
+def cpu_name() -> str:
+    """The CPU's model name (``/proc/cpuinfo``; ``platform.processor()`` elsewhere)."""
+    import platform
+
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def first_call_latency() -> dict[str, float]:
@@ -170,27 +239,44 @@ def first_call_latency() -> dict[str, float]:
     return out
 
 
+def _progress(text: str) -> None:
+    """One line on stderr while a step runs (the table itself goes to stdout)."""
+    print(f"bench: {text} ...", file=sys.stderr, flush=True)
+
+
 def run(shapes: list[tuple[int, int, int]], *, repeat: int, configs: bool, first_call: bool,
         json_path: str | None, profile: str = "hopper", zoo: bool = False) -> dict[str, object]:
     """Run the benchmark, print its table, and return (and optionally write) the figures."""
     base = replace(CONFIGS[0], label=CONFIGS[0].label.replace("hopper", profile, 1), profile=profile)
+    from .backends import cpu_fp8
+
+    kernel = "avx512 (mmaemu.backends.cpu_fp8)" if cpu_fp8.available() else "portable"
     report: dict[str, object] = {"version": __version__, "torch": torch.__version__,
-                                 "threads": torch.get_num_threads(), "results": []}
-    print(f"mmaemu {__version__} bench: torch {torch.__version__}, {torch.get_num_threads()} threads")
+                                 "threads": torch.get_num_threads(), "cpu": cpu_name(), "cpu_fp8_kernel": kernel,
+                                 "results": []}
+    print(f"mmaemu {__version__} bench: torch {torch.__version__}, {torch.get_num_threads()} threads, "
+          f"{report['cpu']}, FP8 kernel: {kernel}")
     for m, k, n in shapes:
         macs = m * n * k
         x, w = _operands(m, k, n, base)
         call = _caller(x, w, base)
-        assert_bitwise_equal(call("cpu"), call("reference"))  # bits first (this also compiles the kernels)
-        row: dict[str, object] = {"shape": [m, k, n], "macs": macs, "config": base.label}
-        row["reference_s"] = median_time(lambda: call("reference"), 1 if macs > 2e9 else 3)
-        row["cpu_s"] = median_time(lambda: call("cpu"), repeat)
+        rows = _checked_rows(m, macs)
+        _progress(f"M, K, N = {m}, {k}, {n}: checking that the cpu and reference backends agree bit for bit")
+        _check_bits(call, rows)  # bits first (this also compiles the kernels)
+        row: dict[str, object] = {"shape": [m, k, n], "macs": macs, "config": base.label,
+                                  "reference_rows": m if rows is None else int(rows.numel())}
+        _progress(f"M, K, N = {m}, {k}, {n}: timing the reference backend")
+        ref_s = median_time(partial(call, "reference", rows), 1 if macs > 2e9 else 3)
+        row["reference_s"] = ref_s if rows is None else ref_s * m / rows.numel()
         xf, wf = x.float(), w.float()
-        row["torch_fp32_matmul_s"] = median_time(lambda: xf @ wf.t(), repeat)
+        _progress(f"M, K, N = {m}, {k}, {n}: timing the cpu backend and torch's fp32 matmul, {repeat} runs each")
+        timed = interleaved_times({"cpu": partial(call, "cpu"), "mm": partial(torch.matmul, xf, wf.t())}, repeat)
+        row["cpu_s"], row["cpu_process_s"] = timed["cpu"]
+        row["torch_fp32_matmul_s"], row["torch_fp32_matmul_process_s"] = timed["mm"]
+        row["cpu_over_fp32_matmul_process"] = timed["cpu"][1] / timed["mm"][1]
         one = torch.tensor(1.0)
         try:
-            def native() -> torch.Tensor:
-                return torch._scaled_mm(x, w.t(), one, one, out_dtype=torch.bfloat16, use_fast_accum=True)
+            native = partial(torch._scaled_mm, x, w.t(), one, one, out_dtype=torch.bfloat16, use_fast_accum=True)
 
             native()
             row["torch_native_scaled_mm_s"] = median_time(native, repeat)
@@ -209,8 +295,10 @@ def run(shapes: list[tuple[int, int, int]], *, repeat: int, configs: bool, first
                 print(f"  {label:26s} {t * 1e3:10.1f} ms  {macs / t / 1e12:8.4f} TMAC/s")
             else:
                 print(f"  {label:26s} unavailable ({row.get('torch_native_scaled_mm_note')})")
-        print(f"  reference / cpu = {row['reference_over_cpu']:.1f}x; "
-              f"cpu / fp32 matmul = {row['cpu_over_fp32_matmul']:.2f}x")
+        scaled = "" if rows is None else f" (the reference backend on {rows.numel()} rows, its time scaled to {m})"
+        print(f"  reference / cpu = {row['reference_over_cpu']:.1f}x{scaled}; "
+              f"cpu / fp32 matmul = {row['cpu_over_fp32_matmul']:.2f}x (wall), "
+              f"{row['cpu_over_fp32_matmul_process']:.2f}x (process CPU time)")
         if configs:
             others: list[dict[str, object]] = []
             for config in CONFIGS[1:]:
@@ -221,15 +309,16 @@ def run(shapes: list[tuple[int, int, int]], *, repeat: int, configs: bool, first
                     continue
                 xc, wc = _operands(m, k, n, config)
                 other = _caller(xc, wc, config)
-                assert_bitwise_equal(other("cpu"), other("reference"))
-                t = median_time(lambda: other("cpu"), repeat)
+                _check_bits(other, rows)
+                t = median_time(partial(other, "cpu"), repeat)
                 others.append({"config": config.label, "cpu_s": t, "over_base": t / float(row["cpu_s"])})  # type: ignore[arg-type]
                 print(f"  cpu, {config.label:44s} {t * 1e3:8.1f} ms = {t / float(row['cpu_s']):.2f}x the base")  # type: ignore[arg-type]
             row["configs"] = others
-        if zoo:
+        if zoo and (m, k, n) == tuple(shapes[-1]):
             row["zoo"] = zoo_rows(m, k, n, repeat)
         report["results"].append(row)  # type: ignore[attr-defined]
     if first_call:
+        _progress("the first call in two fresh processes (compiling, then from the cache)")
         latency = first_call_latency()
         report["first_call"] = latency
         print(f"\nfirst cpu-backend call in a fresh process: {latency['cold_s']:.1f} s compiling (empty numba cache), "

@@ -262,11 +262,11 @@ def _positive_int(text: str) -> int:
 
 
 def _shape(text: str) -> tuple[int, int, int]:
-    """``MxKxN``, each a positive integer."""
+    """``MxNxK`` (the order of ``explain M N K``), each a positive integer; returned as (M, K, N)."""
     parts = text.lower().split("x")
     if len(parts) != 3:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a shape MxKxN (e.g. 64x1920x5760)")
-    m, k, n = (_int(p, "M, K and N of a shape MxKxN", 1) for p in parts)
+        raise argparse.ArgumentTypeError(f"{text!r} is not a shape MxNxK (e.g. 64x5760x1920)")
+    m, n, k = (_int(p, "M, N and K of a shape MxNxK", 1) for p in parts)
     return m, k, n
 
 
@@ -418,14 +418,14 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--splitk", default="auto", type=_splitk, help="auto (default), 1, or S,scheme (e.g. 4,pairwise)")
     ex.set_defaults(run=_explain)
     bench = sub.add_parser("bench", help="time the backends against torch's native matmul, after checking bits")
-    bench.add_argument("--shape", action="append", type=_shape, help="MxKxN (repeatable; default 64x1920x5760)")
+    bench.add_argument("--shape", action="append", type=_shape, help="MxNxK, as explain takes M N K (repeatable; default 64x5760x1920)")
     bench.add_argument("--profile", default="hopper", type=_profile,
                        help="the reference platform of the base configuration (default hopper)")
     bench.add_argument("--repeat", type=_positive_int, default=5, help="runs per median (default 5)")
     bench.add_argument("--configs", action="store_true",
                        help="also time ada slow E5M2 x E4M3 and a split call (S = 4), as ratios to the first")
     bench.add_argument("--zoo", action="store_true",
-                       help="also time accumulate for fp16, bf16 and tf32 on every zoo preset, over E4M3's time")
+                       help="also time accumulate for fp16, bf16 and tf32 on every zoo preset, over E4M3's time, at the last --shape")
     bench.add_argument("--first-call", action="store_true",
                        help="also measure the first call's latency in a fresh process (compiling, and cached)")
     bench.add_argument("--json", default=None, type=_output_file, help="write the figures to this file")

@@ -16,7 +16,7 @@ from mmaemu.cli import main
 def test_bench_small_shape(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("numba")
     out = tmp_path / "bench.json"
-    assert main(["bench", "--shape", "16x512x32", "--repeat", "1", "--configs", "--json", str(out)]) == 0
+    assert main(["bench", "--shape", "16x32x512", "--repeat", "1", "--configs", "--json", str(out)]) == 0
     data = json.loads(out.read_text())
     row = data["results"][0]
     assert row["shape"] == [16, 512, 32] and row["cpu_s"] > 0 and row["reference_s"] > 0
@@ -32,7 +32,7 @@ def test_bench_refuses_to_time_unequal_bits(monkeypatch: pytest.MonkeyPatch, cap
 
     real = cpu.accumulate
     monkeypatch.setattr(cpu, "accumulate", lambda *a: real(*a) * 2)
-    assert main(["bench", "--shape", "16x32x16", "--repeat", "1"]) == 1
+    assert main(["bench", "--shape", "16x16x32", "--repeat", "1"]) == 1
     captured = capsys.readouterr()
     assert "bits differ" in captured.err and "cpu backend" not in captured.out.split("median times:")[-1]
 
@@ -74,3 +74,14 @@ def test_first_call_latency_reports_cold_and_warm(monkeypatch: pytest.MonkeyPatc
     assert any(name.endswith(".nbi") for name in cold_after) and any(name.endswith(".nbc") for name in cold_after)
     assert warm_before == cold_after
     assert warm_after == warm_before  # the warm process compiled nothing: every kernel came from the disk cache
+
+
+def test_zoo_rows_run_at_the_last_shape_only(capsys: pytest.CaptureFixture[str]) -> None:
+    """One run gives both bars: the base rows at every shape, the zoo table at the last one."""
+    pytest.importorskip("numba")
+    report = bench.run([(16, 64, 16), (16, 32, 32)], repeat=1, configs=False, first_call=False, json_path=None, zoo=True)
+    first, last = report["results"]  # type: ignore[misc]
+    assert "zoo" not in first and [r["preset"] for r in last["zoo"]][:1] == ["volta"]
+    assert all(r["over_e4m3"] > 0 for r in last["zoo"])
+    assert report["cpu"] and report["cpu_fp8_kernel"] in ("avx512 (mmaemu.backends.cpu_fp8)", "portable")
+    assert "zoo: cpu accumulate at M, K, N = 16, 32, 32" in capsys.readouterr().out

@@ -266,7 +266,7 @@ def test_a_closed_pipe_ends_quietly() -> None:
 def test_usage_error_from_the_shell() -> None:
     done = subprocess.run([sys.executable, "-m", "mmaemu", "bench", "--shape", "axbxc"], capture_output=True,
                           text=True, check=False)
-    assert done.returncode == 2 and "Traceback" not in done.stderr and "MxKxN" in done.stderr
+    assert done.returncode == 2 and "Traceback" not in done.stderr and "MxNxK" in done.stderr
 
 
 def test_good_option_values_still_parse() -> None:
@@ -276,7 +276,7 @@ def test_good_option_values_still_parse() -> None:
     assert parser.parse_args(["explain", "1", "1", "1", "--splitk", "1"]).splitk == SplitK(1, Scheme.NONE)
     assert parser.parse_args(["explain", "1", "1", "1", "--splitk", "auto"]).splitk == "auto"
     args = parser.parse_args(["bench", "--shape", "16X64x32", "--shape", "1x1x1", "--repeat", "2"])
-    assert args.shape == [(16, 64, 32), (1, 1, 1)] and args.repeat == 2
+    assert args.shape == [(16, 32, 64), (1, 1, 1)] and args.repeat == 2
     args = parser.parse_args(["record", "--out", "new-dir", "--torch-workspace", str(4 << 20), "--budget-minutes", "0.5"])
     assert (args.torch_workspace, args.budget_minutes) == (4 << 20, 0.5)
 
@@ -327,7 +327,7 @@ def test_explain_of_a_shape_too_large_to_reserve(capsys: pytest.CaptureFixture[s
 def test_bench_takes_a_profile(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     seen: list[dict[str, object]] = []
     monkeypatch.setattr(bench, "main_bench", lambda shapes, **kw: seen.append({"shapes": shapes, **kw}) or 0)
-    assert cli.main(["bench", "--profile", "ada", "--shape", "16x64x32"]) == 0
+    assert cli.main(["bench", "--profile", "ada", "--shape", "16x32x64"]) == 0
     assert seen[-1]["profile"] == "ada" and seen[-1]["shapes"] == [(16, 64, 32)]
     help_text = cli.build_parser()._subparsers._group_actions[0].choices["bench"].format_help()  # type: ignore[union-attr]
     assert "--profile" in help_text and "--preset" not in help_text

@@ -25,7 +25,9 @@ PACKAGE = ROOT / "mmaemu"
 
 
 def _dispatchers() -> list[object]:
-    return [v for v in vars(cpu).values() if hasattr(v, "py_func") and getattr(v, "_cache", None) is not None]
+    """The numba dispatchers of the cpu backend that cache to disk (``cache=True``)."""
+    return [v for v in vars(cpu).values()
+            if hasattr(v, "py_func") and hasattr(getattr(v, "_cache", None), "_cache_path")]
 
 
 def test_every_cached_kernel_of_the_cpu_backend_is_cached_outside_the_package() -> None:

@@ -1,11 +1,16 @@
 """Check that numba compiled the cpu backend's inner loops to packed (SIMD) instructions.
 
 Compiles the kernels afresh in a subprocess with ``NUMBA_DUMP_ASSEMBLY=1`` (an empty numba cache
-directory, so nothing is loaded from disk), runs one small GEMM, and counts in the machine code:
+directory, so nothing is loaded from disk), runs one small GEMM on each FP8 kernel (the portable
+one, ``MMAEMU_CPU_PORTABLE=1``, and, on a CPU with AVX-512, ``mmaemu.backends.cpu_fp8``), and
+counts in the machine code:
 
-- packed truncation of fp32 terms (``vroundps`` / ``vrndscaleps`` on ``ymm`` or ``zmm``): pass 2;
-- packed int8 maxima (``vpmaxsb``): pass 1, the block maximum of the exponent sums;
-- packed fp32 multiplies (``vmulps`` on ``ymm``/``zmm``).
+- packed truncation of fp32 terms (``vroundps`` / ``vrndscaleps`` on ``ymm`` or ``zmm``): the
+  portable kernel's pass 2;
+- packed int8 maxima (``vpmaxsb``): the block maximum of the exponent sums (both kernels);
+- packed fp32 multiplies (``vmulps`` on ``ymm``/``zmm``): the portable kernel's pass 2;
+- fused multiply-adds rounded toward zero on ``zmm`` (``vfmadd...ps {rz-sae}``): the AVX-512
+  kernel's terms (checked only where the CPU has AVX-512F and AVX-512BW).
 
 Usage: ``python tools/check_vectorised.py``; exits 1 when a loop did not vectorise (x86-64 with
 AVX2 or AVX-512 only; other machines exit 0 with a note).
@@ -21,9 +26,12 @@ import sys
 import tempfile
 
 _RUN = """
-import torch, mmaemu
+import os, torch, mmaemu
 a = torch.randn(8, 64).to(torch.float8_e4m3fn)
 b = torch.randn(300, 64).to(torch.float8_e4m3fn)
+os.environ["MMAEMU_CPU_PORTABLE"] = "1"
+mmaemu.accumulate(a, b, use_fast_accum=True, backend="cpu")
+os.environ["MMAEMU_CPU_PORTABLE"] = "0"
 mmaemu.accumulate(a, b, use_fast_accum=True, backend="cpu")
 """
 
@@ -33,11 +41,22 @@ CHECKS = {
     "packed int8 maximum (pass 1)": r"\bvpmaxsb\b[^\n]*%(ymm|zmm)",
     "packed fp32 multiply (pass 2)": r"\bvmulps\b[^\n]*%(ymm|zmm)",
 }
+#: checked only on a CPU with AVX-512F and BW (where the AVX-512 kernel runs)
+AVX512_CHECKS = {
+    "fma toward zero (AVX-512 kernel)": r"\bvfmadd\d{3}ps\s+\{rz-sae\}[^\n]*%zmm",
+}
 
 
-def count(assembly: str) -> dict[str, int]:
-    """Occurrences of each checked instruction pattern in ``assembly``."""
-    return {name: len(re.findall(pattern, assembly)) for name, pattern in CHECKS.items()}
+def count(assembly: str, *, avx512: bool = False) -> dict[str, int]:
+    """Occurrences of each checked instruction pattern in ``assembly`` (with ``avx512``, the AVX-512 kernel's too)."""
+    checks = {**CHECKS, **(AVX512_CHECKS if avx512 else {})}
+    return {name: len(re.findall(pattern, assembly)) for name, pattern in checks.items()}
+
+
+def _has_avx512() -> bool:
+    from mmaemu.backends import cpu_fp8
+
+    return cpu_fp8.available()
 
 
 def main() -> int:
@@ -50,7 +69,7 @@ def main() -> int:
     if proc.returncode != 0:
         print(proc.stderr[-2000:])
         return 1
-    found = count(proc.stdout)
+    found = count(proc.stdout, avx512=_has_avx512())
     for name, n in found.items():
         print(f"{name:34s} {n:4d} {'ok' if n else 'NOT VECTORISED'}")
     return 0 if all(found.values()) else 1

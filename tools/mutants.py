@@ -66,6 +66,12 @@ class Mutant:
     equivalent: str | None = None
     #: killed only when a test of each of these backends fails (the tests run to the end, not -x)
     every_backend: tuple[str, ...] = ()
+    #: environment variables the tests run with (the portable cpu kernel: ``PORTABLE``)
+    env: tuple[tuple[str, str], ...] = ()
+
+
+#: The cpu backend's portable kernels run even where the AVX-512 FP8 kernel would (mmaemu/backends/cpu.py).
+PORTABLE = (("MMAEMU_CPU_PORTABLE", "1"),)
 
 
 MUTANTS: tuple[Mutant, ...] = (
@@ -209,24 +215,24 @@ MUTANTS: tuple[Mutant, ...] = (
            "setting_code(FP8_FORMATS.index(self.fmt_b), FP8_FORMATS.index(self.fmt_a),",
            "the split-K table's setting byte built with the two formats swapped", CALL),
     Mutant("cpu-floor-not-trunc", "mmaemu/backends/cpu.py", "np.trunc((v2 * q2[j]) * s)",
-           "np.floor((v2 * q2[j]) * s)", "cpu: one of four product terms rounded toward -inf", CPU),
+           "np.floor((v2 * q2[j]) * s)", "cpu: one of four product terms rounded toward -inf", CPU, env=PORTABLE),
     Mutant("cpu-mask-one-bit-short", "mmaemu/backends/cpu.py", "keep_mask = np.int32(~((1 << (23 - frac)) - 1))",
-           "keep_mask = np.int32(~((1 << (24 - frac)) - 1))", "cpu: the block sum keeps F - 1 fraction bits", CPU),
+           "keep_mask = np.int32(~((1 << (24 - frac)) - 1))", "cpu: the block sum keeps F - 1 fraction bits", CPU, env=PORTABLE),
     Mutant("cpu-small-products-dropped", "mmaemu/backends/cpu.py", "_NO_PRODUCT_BELOW = -40",
-           "_NO_PRODUCT_BELOW = -20", "cpu: blocks whose products are all below 2**-20 treated as empty", CPU),
+           "_NO_PRODUCT_BELOW = -20", "cpu: blocks whose products are all below 2**-20 treated as empty", CPU, env=PORTABLE),
     Mutant("cpu-c-not-aligned", "mmaemu/backends/cpu.py",
            "e = max(e, np.int32(max(((bits >> 23) & 0xFF) - 127, -126)))",
            "e = e if e > -100 else np.int32(max(((bits >> 23) & 0xFF) - 127, -126))",
-           "cpu: c left out of the block maximum", CPU),
-    Mutant("cpu-subnormal-decode", "mmaemu/backends/cpu.py",
+           "cpu: c left out of the block maximum", CPU, env=PORTABLE),
+    Mutant("cpu-subnormal-decode", "mmaemu/backends/cpu_fp8.py",
            "lead = np.int32(frac >= 2) + np.int32(frac >= 4)", "lead = np.int32(frac >= 2)",
-           "cpu: subnormal FP8 values 4..7 decoded with the wrong leading bit", CPU),
+           "cpu: subnormal FP8 values 4..7 decoded with the wrong leading bit", CPU, env=PORTABLE),
     Mutant("inf-columns-not-recomputed", "mmaemu/backends/reference.py",
            "        out[:, cols] = accumulate(a, b[cols], preset, plan).to(out.device)",
-           "        pass", "fast backends: outputs whose row of b holds an Inf code keep the kernel's finite value", CPU),
+           "        pass", "fast backends: outputs whose row of b holds an Inf code keep the kernel's finite value", CPU, env=PORTABLE),
     Mutant("cpu-pairwise-pairs-one-by-one", "mmaemu/backends/cpu.py",
            "np.asarray(flat.role, np.int64))", "np.zeros(len(flat.role), np.int64))",
-           "cpu: pairwise pairs added to the total one part at a time", CPU),
+           "cpu: pairwise pairs added to the total one part at a time", CPU, env=PORTABLE),
     Mutant("zoo-subnormal-exponent-not-floored", "mmaemu/formats.py",
            "exponent = torch.clamp(field - bias, min=fmt.emin)", "exponent = field - bias",
            "fp16, bf16 and tf32 subnormal operands get exponent -bias, not emin", ZOO),
@@ -267,7 +273,7 @@ def _run_one(mutant: Mutant, work: Path) -> Outcome:
         return Outcome(mutant.id, "malformed", 0.0, f"text found {original.count(mutant.old)} times in {mutant.path}")
     target.write_text(original.replace(mutant.old, mutant.new))
     env = dict(os.environ, PYTHONPATH=str(work), MMAEMU_SHARED=str(SHARED), PYTHONDONTWRITEBYTECODE="1",
-               HYPOTHESIS_PROFILE="mutants")
+               HYPOTHESIS_PROFILE="mutants", **dict(mutant.env))
     start = time.perf_counter()
     stop = [] if mutant.every_backend else ["-x"]
     try:

@@ -81,6 +81,13 @@ def hardware_vectors() -> list[str]:
         info = manifest[name]
         lines.append(f"| `{name}` | {info['gpu']}, {info['instruction']} | `{preset}` | {diff.total:,} | "
                      f"{diff.total - diff.differing:,} | {by_class} |")
+    lines += ["", "The same files' fp16-accumulator outputs (`d_fp16acc_bits`: `mma.sync.m16n8k32` with an fp16",
+              "accumulator on each GPU, c rounded to fp16), replayed through `mmaemu.model.dot` with an fp16 `c`",
+              "(`tests/test_hw_vectors.py`; the alternatives each rule was told apart from: `python tools/zoo_fit.py`).", "",
+              "| file | preset | records | outputs equal (fp16 bit patterns) |", "|---|---|---|---|"]
+    for name, preset in hw.FP16_FILES:
+        differing, total = hw.replay_fp16(name, preset)
+        lines.append(f"| `{name}` | `{preset}` | {total:,} | {total - differing:,} |")
     return lines + [""]
 
 
@@ -231,7 +238,7 @@ def mutation_tier() -> list[str]:
     data = json.loads(MUTANTS_JSON.read_text())
     recorded = {m["id"]: m for m in data["mutants"]}
     current = {m.id: m for m in mutants.MUTANTS}
-    defaults = {"every_backend": []}  # fields added to the catalogue after a run, at their default
+    defaults = {"every_backend": [], "env": []}  # fields added to the catalogue after a run, at their default
 
     def fields(m: dict[str, Any]) -> dict[str, Any]:
         return json.loads(json.dumps({**defaults, **{k: v for k, v in m.items() if k != "tests"}}))

@@ -1,5 +1,11 @@
 """The compiled CPU backend: the reference model's bits from integer arithmetic compiled by numba.
 
+FP8 operands go to one of two kernels with the same bits. On a CPU with AVX-512F and BW,
+:mod:`mmaemu.backends.cpu_fp8` truncates each term with a fused multiply-add rounded toward zero
+into an accumulator offset to the block's grid (two per product, no scaling or truncation
+instructions; see there). Elsewhere, or with ``MMAEMU_CPU_PORTABLE=1``, the portable kernel
+:func:`_kernel` below runs:
+
 Each product ``a*b`` of FP8 values is exact in fp32 (at most 8 significant bits); its exponent
 ``e(a) + e(b)`` (int8 operands, 64 lanes to an AVX-512 vector) gives the block maximum E; scaling by the power of two
 ``2**(F - E)`` is exact, ``trunc`` is the truncation toward zero of the sign-magnitude term, and the
@@ -13,10 +19,15 @@ tile, and the tiles are spread over all cores (``prange``). The FP8 codes are de
 bit arithmetic (vectorised; checked against :func:`mmaemu.formats.decode_fp8` on all 256 codes).
 Memory: the operands re-laid out as fp32 values and int8 exponents (5 bytes per FP8 operand,
 plus 1 byte per element of B for its transposed codes) plus the output; no ``[M, N, K]``
-intermediate. These operand buffers are kept per thread between calls (up to
+intermediate (the AVX-512 kernel: 12 bytes per element of the row side, 9 per element of the
+panel side, :func:`_accumulate_avx512`). These operand buffers are kept per thread between calls (up to
 ``SCRATCH_LIMIT_BYTES`` each; :func:`release_scratch` frees them): fresh memory would cost a page
 fault every 4 KiB, more than the decoding itself. Calls from several threads are safe (the buffers
 are per thread; kernel launches are serialised under numba's ``workqueue`` threading layer).
+
+The kernels share their pieces as inline numba functions: the FP8 code decoder and the
+combination of split parts (:mod:`mmaemu.backends.cpu_fp8`), the block maxima of the exponent sums
+(:func:`_block_max8`, :func:`_block_max16`) and the addition of chain results (:func:`_add_chain`).
 
 Exactness: chain results and split parts are added in fp32 (IEEE round to nearest even; numba
 without fast-math, so no contraction). Inf codes (E5M2) are zeros in the kernel; the outputs whose
@@ -39,12 +50,20 @@ import torch
 
 from ..accumulation import AccumulationPlan, flatten_plan
 from ..errors import BackendUnavailableError
-from ..formats import FP8_DTYPES, Fp8Format, WideFormat, decode_wide, fp8_format_of, wide_format_of
+from ..formats import (
+    FP8_DTYPES,
+    Fp8Format,
+    WideFormat,
+    decode_wide,
+    fp8_format_of,
+    wide_format_of,
+)
+from ..host import env_flag
 from ..model import block_sum_exact_in_fp32
 from ..presets import CMode, Preset, Rounding
-from . import reference
+from . import cpu_fp8, reference
 
-__all__ = ["accumulate", "NAME", "available", "expresses", "release_scratch", "SCRATCH_LIMIT_BYTES"]
+__all__ = ["NAME", "SCRATCH_LIMIT_BYTES", "accumulate", "available", "expresses", "release_scratch"]
 
 NAME = "cpu"
 
@@ -86,8 +105,72 @@ _ZERO8 = -64
 #: A block maximum below this means the block has no nonzero product.
 _NO_PRODUCT_BELOW = -40
 
+#: int16 exponent of zero and non-finite zoo operands (:data:`mmaemu.formats.EXPONENT_OF_ZERO`): real
+#: exponents are in [-126, 127], so a sum with a zero operand is at most -3969 and two zeros give -8192.
+_ZERO16 = -4096
+#: A zoo block maximum below this means the block has no nonzero product (real sums are >= -252).
+_NO_WIDE_PRODUCT_BELOW = -1000
+
 
 if numba is not None:
+    from .cpu_fp8 import combine_parts, decode_code
+
+    @njit(inline="always")
+    def _block_max8(  # pragma: no cover - compiled
+        emax: np.ndarray, ea: np.ndarray, eb_t: np.ndarray, kseq: np.ndarray, m: int, b0: int, b1: int,
+        n0: int, nn: int,
+    ) -> None:
+        """``emax[j]`` = the block's maximum of ``e(a[m, k]) + e(b[k, n0 + j])`` (int8), four k at a time."""
+        emax[:] = _ZERO8
+        idx = b0
+        while idx + 4 <= b1:
+            k0, k1, k2, k3 = kseq[idx], kseq[idx + 1], kseq[idx + 2], kseq[idx + 3]
+            e0, e1, e2, e3 = ea[m, k0], ea[m, k1], ea[m, k2], ea[m, k3]
+            r0, r1 = eb_t[k0, n0:n0 + nn], eb_t[k1, n0:n0 + nn]
+            r2, r3 = eb_t[k2, n0:n0 + nn], eb_t[k3, n0:n0 + nn]
+            for j in range(nn):
+                emax[j] = max(emax[j], max(max(np.int8(e0 + r0[j]), np.int8(e1 + r1[j])),
+                                           max(np.int8(e2 + r2[j]), np.int8(e3 + r3[j]))))
+            idx += 4
+        while idx < b1:
+            k0 = kseq[idx]
+            e0 = ea[m, k0]
+            r0 = eb_t[k0, n0:n0 + nn]
+            for j in range(nn):
+                emax[j] = max(emax[j], np.int8(e0 + r0[j]))
+            idx += 1
+
+    @njit(inline="always")
+    def _block_max16(  # pragma: no cover - compiled
+        emax: np.ndarray, ea: np.ndarray, eb_t: np.ndarray, kseq: np.ndarray, m: int, b0: int, b1: int,
+        n0: int, nn: int,
+    ) -> None:
+        """:func:`_block_max8` for the zoo kernels' int16 exponents."""
+        emax[:] = _ZERO16
+        idx = b0
+        while idx + 4 <= b1:
+            k0, k1, k2, k3 = kseq[idx], kseq[idx + 1], kseq[idx + 2], kseq[idx + 3]
+            e0, e1, e2, e3 = ea[m, k0], ea[m, k1], ea[m, k2], ea[m, k3]
+            r0, r1 = eb_t[k0, n0:n0 + nn], eb_t[k1, n0:n0 + nn]
+            r2, r3 = eb_t[k2, n0:n0 + nn], eb_t[k3, n0:n0 + nn]
+            for j in range(nn):
+                emax[j] = max(emax[j], max(max(np.int16(e0 + r0[j]), np.int16(e1 + r1[j])),
+                                           max(np.int16(e2 + r2[j]), np.int16(e3 + r3[j]))))
+            idx += 4
+        while idx < b1:
+            k0 = kseq[idx]
+            e0 = ea[m, k0]
+            r0 = eb_t[k0, n0:n0 + nn]
+            for j in range(nn):
+                emax[j] = max(emax[j], np.int16(e0 + r0[j]))
+            idx += 1
+
+    @njit(inline="always")
+    def _add_chain(partial: np.ndarray, p: int, c: np.ndarray) -> None:  # pragma: no cover - compiled
+        """``partial[p] += c`` in fp32 (a chain's result joins its part; ``c`` may hold fp32 values in float64)."""
+        for i in range(c.shape[0]):
+            for j in range(c.shape[1]):
+                partial[p, i, j] = partial[p, i, j] + np.float32(c[i, j])
 
     @njit(parallel=True, cache=True)
     def _decode_rows(  # pragma: no cover - compiled
@@ -101,7 +184,6 @@ if numba is not None:
         NaN codes get value +0 and exponent ``_ZERO8``, and rows holding an Inf code are flagged.
         """
         n_rows, n_cols = codes.shape
-        emin = 1 - bias
         nonfinite_from = 0x7C if has_inf else 0x7F  # smallest non-finite magnitude code
         for r in prange(n_rows):
             row = codes[r]
@@ -111,15 +193,10 @@ if numba is not None:
             for j in range(n_cols):
                 code = np.int32(row[j])
                 mag = code & 0x7F
-                field = mag >> man_bits
-                frac = mag & ((1 << man_bits) - 1)
-                lead = np.int32(frac >= 2) + np.int32(frac >= 4)  # subnormal: leading bit of frac
-                sub_bits = ((emin - man_bits + lead + 127) << 23) | ((frac - (1 << lead)) << (23 - lead))
-                norm_bits = ((field - bias + 127) << 23) | (frac << (23 - man_bits))
-                live = mag != 0 and mag < nonfinite_from
+                bits, exponent, _ = decode_code(code, man_bits, bias, nonfinite_from)
                 sign = (code >> 7) << 31 if mag < nonfinite_from else 0
-                bits_out[j] = ((norm_bits if field != 0 else sub_bits) if live else 0) | sign
-                exp_out[j] = np.int8(max(field - bias, emin)) if live else np.int8(_ZERO8)
+                bits_out[j] = bits | sign
+                exp_out[j] = exponent
                 n_inf += np.int32(has_inf and mag == nonfinite_from)
             if n_inf:
                 inf_rows[r] = True
@@ -175,24 +252,7 @@ if numba is not None:
                     for i in range(mm):
                         m = m0 + i
                         # E over the products: int8 sums e(a) + e(b), four k at a time (64 lanes a vector)
-                        emax[:] = _ZERO8
-                        idx = b0
-                        while idx + 4 <= b1:
-                            k0, k1, k2, k3 = kseq[idx], kseq[idx + 1], kseq[idx + 2], kseq[idx + 3]
-                            e0, e1, e2, e3 = ea[m, k0], ea[m, k1], ea[m, k2], ea[m, k3]
-                            r0, r1 = eb_t[k0, n0:n0 + nn], eb_t[k1, n0:n0 + nn]
-                            r2, r3 = eb_t[k2, n0:n0 + nn], eb_t[k3, n0:n0 + nn]
-                            for j in range(nn):
-                                emax[j] = max(emax[j], max(max(np.int8(e0 + r0[j]), np.int8(e1 + r1[j])),
-                                                           max(np.int8(e2 + r2[j]), np.int8(e3 + r3[j]))))
-                            idx += 4
-                        while idx < b1:
-                            k0 = kseq[idx]
-                            e0 = ea[m, k0]
-                            r0 = eb_t[k0, n0:n0 + nn]
-                            for j in range(nn):
-                                emax[j] = max(emax[j], np.int8(e0 + r0[j]))
-                            idx += 1
+                        _block_max8(emax, ea, eb_t, kseq, m, b0, b1, n0, nn)
                         # E = max(c's exponent (c != 0), the products'); 2**(F - E) and 2**(E - F) as
                         # fp32 bit patterns (E clamped where nothing is nonzero)
                         for j in range(nn):
@@ -232,32 +292,8 @@ if numba is not None:
                             # scale back, and make an exact zero +0
                             acc_bits[j] = acc_bits[j] & keep_mask
                             c[i, j] = acc[j] * unit[j] + np.float32(0.0)
-                p = chain_part[ch]
-                for i in range(mm):
-                    for j in range(nn):
-                        partial[p, i, j] = partial[p, i, j] + c[i, j]  # fp32: chain results in K order from +0
-            for i in range(mm):
-                for j in range(nn):
-                    # the scheme's steps (accumulation.flat_combination): role 0 joins the
-                    # total, 1 is held, 2 is added to the held part and the pair sum joins
-                    total = partial[order[0], i, j]
-                    held = np.float32(0.0)
-                    for q in range(1, n_parts):
-                        value = partial[order[q], i, j]
-                        if role[q] == 1:
-                            held = value
-                        elif role[q] == 2:
-                            total = total + (held + value)
-                        else:
-                            total = total + value
-                    out[m0 + i, n0 + j] = total
-
-
-#: int16 exponent of zero and non-finite zoo operands (:data:`mmaemu.formats.EXPONENT_OF_ZERO`): real
-#: exponents are in [-126, 127], so a sum with a zero operand is at most -3969 and two zeros give -8192.
-_ZERO16 = -4096
-#: A zoo block maximum below this means the block has no nonzero product (real sums are >= -252).
-_NO_WIDE_PRODUCT_BELOW = -1000
+                _add_chain(partial, chain_part[ch], c)  # fp32: chain results in K order from +0
+            combine_parts(partial, order, role, out, m0, n0, mm, nn)
 
 
 if numba is not None:
@@ -305,24 +341,7 @@ if numba is not None:
                     b1 = min(b0 + block, stop)
                     for i in range(mm):
                         m = m0 + i
-                        emax[:] = _ZERO16
-                        idx = b0
-                        while idx + 4 <= b1:
-                            k0, k1, k2, k3 = kseq[idx], kseq[idx + 1], kseq[idx + 2], kseq[idx + 3]
-                            e0, e1, e2, e3 = ea[m, k0], ea[m, k1], ea[m, k2], ea[m, k3]
-                            r0, r1 = eb_t[k0, n0:n0 + nn], eb_t[k1, n0:n0 + nn]
-                            r2, r3 = eb_t[k2, n0:n0 + nn], eb_t[k3, n0:n0 + nn]
-                            for j in range(nn):
-                                emax[j] = max(emax[j], max(max(np.int16(e0 + r0[j]), np.int16(e1 + r1[j])),
-                                                           max(np.int16(e2 + r2[j]), np.int16(e3 + r3[j]))))
-                            idx += 4
-                        while idx < b1:
-                            k0 = kseq[idx]
-                            e0 = ea[m, k0]
-                            r0 = eb_t[k0, n0:n0 + nn]
-                            for j in range(nn):
-                                emax[j] = max(emax[j], np.int16(e0 + r0[j]))
-                            idx += 1
+                        _block_max16(emax, ea, eb_t, kseq, m, b0, b1, n0, nn)
                         for j in range(nn):
                             bits = c_bits[i, j]
                             e = np.int64(emax[j])
@@ -360,23 +379,8 @@ if numba is not None:
                             if abs(r) < 2.0**-126:
                                 r = np.trunc(r * 2.0**149) * 2.0**-149  # fp32's subnormal grid
                             c[i, j] = np.float64(np.float32(r)) + 0.0  # exact below 2**128; +0 for zero
-                p = chain_part[ch]
-                for i in range(mm):
-                    for j in range(nn):
-                        partial[p, i, j] = partial[p, i, j] + np.float32(c[i, j])
-            for i in range(mm):
-                for j in range(nn):
-                    total = partial[order[0], i, j]
-                    held = np.float32(0.0)
-                    for q in range(1, n_parts):
-                        value = partial[order[q], i, j]
-                        if role[q] == 1:
-                            held = value
-                        elif role[q] == 2:
-                            total = total + (held + value)
-                        else:
-                            total = total + value
-                    out[m0 + i, n0 + j] = total
+                _add_chain(partial, chain_part[ch], c)
+            combine_parts(partial, order, role, out, m0, n0, mm, nn)
 
 
 #: The fp32 zoo kernel's operand exponent range: with e(a), e(b) in [-50, 60] every product is exact
@@ -469,24 +473,7 @@ if numba is not None:
                     b1 = min(b0 + block, stop)
                     for i in range(mm):
                         m = m0 + i
-                        emax[:] = _ZERO16
-                        idx = b0
-                        while idx + 4 <= b1:
-                            k0, k1, k2, k3 = kseq[idx], kseq[idx + 1], kseq[idx + 2], kseq[idx + 3]
-                            e0, e1, e2, e3 = ea[m, k0], ea[m, k1], ea[m, k2], ea[m, k3]
-                            r0, r1 = eb_t[k0, n0:n0 + nn], eb_t[k1, n0:n0 + nn]
-                            r2, r3 = eb_t[k2, n0:n0 + nn], eb_t[k3, n0:n0 + nn]
-                            for j in range(nn):
-                                emax[j] = max(emax[j], max(max(np.int16(e0 + r0[j]), np.int16(e1 + r1[j])),
-                                                           max(np.int16(e2 + r2[j]), np.int16(e3 + r3[j]))))
-                            idx += 4
-                        while idx < b1:
-                            k0 = kseq[idx]
-                            e0 = ea[m, k0]
-                            r0 = eb_t[k0, n0:n0 + nn]
-                            for j in range(nn):
-                                emax[j] = max(emax[j], np.int16(e0 + r0[j]))
-                            idx += 1
+                        _block_max16(emax, ea, eb_t, kseq, m, b0, b1, n0, nn)
                         for j in range(nn):
                             bits = c_bits[i, j]
                             e = np.int32(emax[j])
@@ -528,23 +515,8 @@ if numba is not None:
                             # 24 kept bits lie above it): branch-free, so the loop vectorises
                             r = np.trunc((acc[j] * unit[j]) * 2.0**149) * 2.0**-149
                             c[i, j] = np.float32(r) + np.float32(0.0)
-                p = chain_part[ch]
-                for i in range(mm):
-                    for j in range(nn):
-                        partial[p, i, j] = partial[p, i, j] + c[i, j]
-            for i in range(mm):
-                for j in range(nn):
-                    total = partial[order[0], i, j]
-                    held = np.float32(0.0)
-                    for q in range(1, n_parts):
-                        value = partial[order[q], i, j]
-                        if role[q] == 1:
-                            held = value
-                        elif role[q] == 2:
-                            total = total + (held + value)
-                        else:
-                            total = total + value
-                    out[m0 + i, n0 + j] = total
+                _add_chain(partial, chain_part[ch], c)
+            combine_parts(partial, order, role, out, m0, n0, mm, nn)
 
 
 def _tiles(m: int, n: int, threads: int) -> tuple[int, int]:
@@ -632,6 +604,10 @@ def accumulate(a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: Accumulat
     if not expresses(preset):
         return reference.accumulate(a, b, preset, plan)  # non-truncating presets: the reference backend
     m, n = a.shape[0], b.shape[0]
+    if _use_avx512(preset):
+        result = _accumulate_avx512(a, b, preset, plan)
+        if result is not None:
+            return result
     out = np.zeros((m, n), dtype=np.float32)
     with _launch_guard():
         va, ea, a_inf = _decode(a.detach().view(torch.uint8).contiguous().numpy(), fp8_format_of(a.dtype), "a")
@@ -646,6 +622,80 @@ def accumulate(a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: Accumulat
                     len(plan.parts), order, role, preset.block_size, preset.frac_bits, m_tile, n_tile, out)
     result = torch.from_numpy(out)
     if a_inf.any() or b_inf.any():  # Inf codes were zeros in the kernel: their outputs follow IEEE
+        reference.recompute_infinite(result, a, b, preset, plan)
+    return result
+
+
+def _use_avx512(preset: Preset) -> bool:
+    """Whether FP8 operands go to the AVX-512 kernel (:mod:`mmaemu.backends.cpu_fp8`).
+
+    Where the CPU has AVX-512F and BW and the preset fits the kernel's accumulators; the
+    environment variable ``MMAEMU_CPU_PORTABLE=1`` selects the portable kernel everywhere (both
+    compute the same bits; the tests run both).
+    """
+    return cpu_fp8.expresses(preset) and cpu_fp8.available() and not env_flag("MMAEMU_CPU_PORTABLE")
+
+
+def _aligned_buffer(name: str, shape: tuple[int, ...], dtype: type[np.generic]) -> np.ndarray:
+    """:func:`_buffer` starting on a 64-byte boundary (whole-vector loads that never straddle a cache line)."""
+    itemsize = np.dtype(dtype).itemsize
+    size = math.prod(shape)
+    flat = _buffer(name, (size + 64 // itemsize,), dtype)
+    shift = (-flat.ctypes.data % 64) // itemsize
+    return flat[shift:shift + size].reshape(shape)
+
+
+def _m_tile(m: int, n_panels: int, threads: int) -> int:
+    """Rows per task of the AVX-512 kernel: 256 (B's panels reused from cache by many rows), fewer
+    until every thread has at least four tasks."""
+    m_tile = 256
+    while m_tile > 2 and math.ceil(m / m_tile) * n_panels < 4 * threads:
+        m_tile //= 2
+    return min(m_tile, max(m, 1))
+
+
+def _tables(fmt: Fp8Format) -> np.ndarray:
+    return cpu_fp8.code_tables(fmt.mantissa_bits, fmt.bias, fmt.value.has_inf)
+
+
+def _accumulate_avx512(a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: AccumulationPlan) -> torch.Tensor | None:
+    """:func:`accumulate` on the AVX-512 kernel; None when the shape leaves it nothing to do (empty).
+
+    The vector lanes run over a's rows (a is decoded into panels, b into per-block rows, the result
+    written transposed) when a has at least a panel's worth of rows, else over b's rows: the
+    panels' transposition then costs the smaller operand, and few rows of a do not leave lanes idle.
+    """
+    m, n, k = a.shape[0], b.shape[0], plan.k
+    if not (m and n and k):
+        return None
+    flat = flatten_plan(plan)
+    kseq = flat.k_order.numpy()
+    starts, stops, first = cpu_fp8.block_bounds(list(flat.chain_starts), preset.block_size)
+    lanes_over_a = m >= cpu_fp8.PANEL
+    rows, cols = (b, a) if lanes_over_a else (a, b)
+    f_rows, f_cols = fp8_format_of(rows.dtype), fp8_format_of(cols.dtype)
+    r, c = rows.shape[0], cols.shape[0]
+    n_blocks, width, n_panels = len(starts), -(-preset.block_size // 16) * 16, cpu_fp8.panels(c)
+    codes_r = rows.detach().view(torch.uint8).contiguous().numpy()
+    codes_c = cols.detach().view(torch.uint8).contiguous().numpy()
+    out = np.zeros((m, n), dtype=np.float32)
+    with _launch_guard():
+        va = _aligned_buffer("fp8.rows.values", (n_blocks, r, width), np.float32)
+        sel = _aligned_buffer("fp8.rows.sign", (n_blocks, r, width), np.int32)
+        ea = _aligned_buffer("fp8.rows.exponents", (n_blocks, r, width), np.int32)
+        inf_r = np.zeros(r, dtype=np.bool_)
+        cpu_fp8.decode_a_blocks(codes_r, kseq, flat.identity, starts, stops, f_rows.mantissa_bits, f_rows.bias,
+                                f_rows.value.has_inf, va, sel, ea, inf_r)
+        bpn = _aligned_buffer("fp8.cols.values", (n_panels, k, 2, cpu_fp8.PANEL), np.float32)
+        eb = _aligned_buffer("fp8.cols.exponents", (n_panels, k, cpu_fp8.PANEL), np.int8)
+        inf_c = np.zeros(n_panels * math.ceil(k / cpu_fp8.PANEL), dtype=np.bool_)
+        cpu_fp8.decode_b_panels(codes_c, kseq, _tables(f_cols), bpn, eb, inf_c)
+        m_tile = _m_tile(r, n_panels, numba.get_num_threads())
+        cpu_fp8.kernel(va, sel, ea, bpn, eb, starts, stops, first, np.asarray(flat.chain_part, np.int64),
+                       len(plan.parts), np.asarray(flat.order, np.int64), np.asarray(flat.role, np.int64),
+                       preset.frac_bits, m_tile, out, lanes_over_a)
+    result = torch.from_numpy(out)
+    if inf_r.any() or inf_c.any():  # Inf codes were zeros in the kernel: their outputs follow IEEE
         reference.recompute_infinite(result, a, b, preset, plan)
     return result
 
