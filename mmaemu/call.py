@@ -13,7 +13,8 @@ import warnings
 import torch
 
 from .accumulation import AUTO, SplitK, SplitKArg, SplitKSpec, parse_splitk, plan_accumulation
-from .backends import Backend, accumulator_function, parse_backend, require, resolve_backend
+from .backends import Backend, parse_backend, require, resolve_backend
+from .backends import run as run_backend
 from .checks import CheckedCall, check_call, out_resize_warning, resize_out_like_torch
 from .epilogue import BiasOrder, epilogue
 from .errors import (
@@ -22,8 +23,8 @@ from .errors import (
     UnverifiedEpilogueWarning,
     UnverifiedSplitWarning,
 )
-from .formats import FP8_DTYPES, WIDE_DTYPES, OutFormat, nan_rows, wide_format_of
-from .host import check_cpu_subnormals, cpu_default_device, refuse_autograd
+from .formats import FP8_DTYPES, WIDE_DTYPES, wide_format_of
+from .host import check_cpu_subnormals, refuse_autograd
 from .platforms.profiles import Profile, get_profile
 from .platforms.splitk import Problem, SplitDecision, SplitSource, combo_verified, resolve_splitk, split_warnings
 from .presets import Architecture, CMode, Preset, instruction_preset
@@ -51,16 +52,9 @@ def decide_split(profile: Profile, problem: Problem, splitk: SplitKSpec) -> Spli
 
 
 def _run(a: torch.Tensor, b: torch.Tensor, preset: Preset, fast: bool, split: SplitK, backend: Backend) -> torch.Tensor:
-    """Accumulators ``[M, N]`` of ``a [M, K]`` and ``b [N, K]``, with the NaN rule applied."""
-    plan = plan_accumulation(a.shape[1], fast=fast, split=split)
-    with cpu_default_device():  # the backends' plan tensors are CPU tensors whatever the default device
-        acc = accumulator_function(backend)(a, b, preset, plan)
-    # NaN rule: a NaN anywhere in row m of a or row n of b makes output (m, n) NaN.
-    rows_nan = nan_rows(a)
-    cols_nan = nan_rows(b)
-    if bool(rows_nan.any() or cols_nan.any()):
-        acc = torch.where(rows_nan[:, None] | cols_nan[None, :], OutFormat.FLOAT32.nan_tensor(acc.device), acc)
-    return acc
+    """Accumulators ``[M, N]`` of ``a [M, K]`` and ``b [N, K]``, with the Inf and NaN rules applied (the
+    dispatcher's, :func:`mmaemu.backends.run`)."""
+    return run_backend(backend, a, b, preset, plan_accumulation(a.shape[1], fast=fast, split=split))
 
 
 def _check_preset_supports(preset: Preset, fast: bool, split: SplitK) -> None:

@@ -187,7 +187,7 @@ def _selftest(args: argparse.Namespace) -> int:
 def _selftest_without_gpu() -> int:
     """No CUDA device: say so, and check the backend CPU tensors use instead (0 when it agrees)."""
     from .accumulation import plan_accumulation
-    from .backends import cpu, reference
+    from .backends import accumulators, cpu, reference
     from .backends.triton.selftest import CASES, KERNEL_PRESETS, adversarial_codes
 
     print(f"mmaemu {__version__} self-test: no CUDA GPU here, so no GPU kernel self-test applies (the triton "
@@ -205,7 +205,7 @@ def _selftest_without_gpu() -> int:
             a = adversarial_codes(case.m, case.k, case.fmt_a, case.seed)
             b = adversarial_codes(case.n, case.k, case.fmt_b, case.seed + 1000)
             plan = plan_accumulation(case.k, fast=case.fast, split=case.split)
-            want, got = reference.accumulate(a, b, preset, plan), cpu.accumulate(a, b, preset, plan)
+            want, got = reference.accumulate(a, b, preset, plan), accumulators(Backend.CPU, a, b, preset, plan)
             if not torch.equal(want.view(torch.int32), got.view(torch.int32)):
                 bad.append(case.name)
         failed += len(bad)

@@ -28,7 +28,7 @@ def test_auto_takes_the_compiled_cpu_backend_for_cpu_tensors() -> None:
 
 
 def test_auto_falls_back_to_reference_when_numba_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cpu, "available", lambda: (False, "numba is not importable: test"))
+    monkeypatch.setattr(cpu, "available", lambda device=None: (False, "numba is not importable: test"))
     monkeypatch.setattr(backends, "_WARNED", set())
     with pytest.warns(mmaemu.BackendFallbackWarning, match="backend 'cpu' is unavailable: numba is not importable") \
             as caught:

@@ -31,7 +31,7 @@ def test_bench_refuses_to_time_unequal_bits(monkeypatch: pytest.MonkeyPatch, cap
     from mmaemu.backends import cpu
 
     real = cpu.accumulate
-    monkeypatch.setattr(cpu, "accumulate", lambda *a: real(*a) * 2)
+    monkeypatch.setattr(cpu, "accumulate", lambda *a: real(*a)._replace(values=real(*a).values * 2))
     assert main(["bench", "--shape", "16x16x32", "--repeat", "1"]) == 1
     captured = capsys.readouterr()
     assert "bits differ" in captured.err and "cpu backend" not in captured.out.split("median times:")[-1]

@@ -107,7 +107,7 @@ def test_an_unusable_backend_is_refused_before_reading(recorded: Path, tmp_path:
 
     path = _copy(recorded, tmp_path)
     before = (path / "replay.json").read_bytes()
-    monkeypatch.setattr(cpu, "available", lambda: (False, "numba is not installed"))
+    monkeypatch.setattr(cpu, "available", lambda device=None: (False, "numba is not installed"))
     with pytest.raises(ValueError, match="backend='cpu' cannot run here"):
         replay(path, backend="cpu")
     assert (path / "replay.json").read_bytes() == before

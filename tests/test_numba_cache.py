@@ -18,7 +18,7 @@ import pytest
 
 pytest.importorskip("numba")
 
-from mmaemu.backends import cpu, numba_cache  # noqa: E402
+from mmaemu.backends import cpu, cpu_zoo, numba_cache  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "mmaemu"
@@ -26,7 +26,7 @@ PACKAGE = ROOT / "mmaemu"
 
 def _dispatchers() -> list[object]:
     """The numba dispatchers of the cpu backend that cache to disk (``cache=True``)."""
-    return [v for v in vars(cpu).values()
+    return [v for module in (cpu, cpu_zoo) for v in vars(module).values()
             if hasattr(v, "py_func") and hasattr(getattr(v, "_cache", None), "_cache_path")]
 
 

@@ -64,15 +64,15 @@ def test_selftest_passes_in_the_interpreter_and_is_cached() -> None:
 
 @needs_triton
 def test_a_broken_kernel_fails_the_selftest(monkeypatch: pytest.MonkeyPatch, clean_state: None) -> None:
-    real = triton_selftest.accumulate
+    real = triton_backend.accumulate
 
     def off_by_one_ulp(a, b, preset, plan, config=None, launch=None):  # type: ignore[no-untyped-def]
         out = real(a, b, preset, plan, config, launch=launch)
         if preset.block_size == 16:  # break only the ada specialisation
-            out = (out.view(torch.int32) ^ 1).view(torch.float32)
+            out = out._replace(values=(out.values.view(torch.int32) ^ 1).view(torch.float32))
         return out
 
-    monkeypatch.setattr(triton_selftest, "accumulate", off_by_one_ulp)
+    monkeypatch.setattr(triton_backend, "accumulate", off_by_one_ulp)
     report = triton_selftest.selftest("cpu", refresh=True)
     assert not report.passed
     (bad,) = report.failed()
@@ -85,15 +85,15 @@ def test_a_broken_kernel_fails_the_selftest(monkeypatch: pytest.MonkeyPatch, cle
 def test_a_fault_only_in_the_parallel_chains_launch_fails_the_selftest(monkeypatch: pytest.MonkeyPatch,
                                                                         clean_state: None) -> None:
     """The self-test runs every case with every launch a call may use, the parallel-chains one included."""
-    real = triton_selftest.accumulate
+    real = triton_backend.accumulate
 
     def broken_when_parallel(a, b, preset, plan, config=None, launch=None):  # type: ignore[no-untyped-def]
         out = real(a, b, preset, plan, config, launch=launch)
         if launch is not None and launch.parallel_chains and len(plan.parts) > 1:
-            out = (out.view(torch.int32) ^ 1).view(torch.float32)
+            out = out._replace(values=(out.values.view(torch.int32) ^ 1).view(torch.float32))
         return out
 
-    monkeypatch.setattr(triton_selftest, "accumulate", broken_when_parallel)
+    monkeypatch.setattr(triton_backend, "accumulate", broken_when_parallel)
     report = triton_selftest.selftest("cpu", refresh=True)
     assert not report.passed and "parallel chains True" in report.summary(), report.summary()
 

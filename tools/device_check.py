@@ -221,12 +221,20 @@ def adversarial(rows: int, k: int, fmt: str, seed: int, device: Any) -> Any:
 def model_accumulate(a: Any, b: Any, preset: Any, plan: Any) -> Any:
     """The model's fp32 accumulators, on the CPU (the compiled cpu backend where numba loads, else the
     reference backend): independent of the GPU under test."""
-    from mmaemu.backends import cpu, reference
+    from mmaemu.backends import Backend, accumulators, cpu, reference
 
     a, b = a.cpu(), b.cpu()
     if cpu.available()[0]:
-        return cpu.accumulate(a, b, preset, plan)
+        return accumulators(Backend.CPU, a, b, preset, plan)
     return reference.accumulate(a, b, preset, plan)
+
+
+def triton_accumulate(a: Any, b: Any, preset: Any, plan: Any, config: Any = None) -> Any:
+    """The Triton backend's accumulators through the dispatcher (delegation and the Inf rule included;
+    the NaN rule is the call's), with the launch tile ``config`` when given."""
+    from mmaemu.backends import Backend, accumulators
+
+    return accumulators(Backend.TRITON, a, b, preset, plan, **({} if config is None else {"config": config}))
 
 
 def differing(got: Any, want: Any) -> int:
@@ -407,12 +415,12 @@ def step_headline(ctx: Context) -> dict[str, Any]:
         ctx.say(f"headline sm_90 formulation: exact={not row['native_differing']}, kernel "
                 f"{row['native_kernel_tmacs']:.2f} TMAC/s, end to end {row.get('native_e2e_tmacs', float('nan')):.2f}")
     with native_off():  # the exactly-defined formulation (RZ)
-        got = backend.accumulate(x, w, HOPPER, plan)
+        got = triton_accumulate(x, w, HOPPER, plan)
         row["rz_kernel"] = backend.kernel_name(HOPPER, ctx.device)
         row["rz_differing"] = differing(got, want)
         if row["rz_differing"]:
             problems.append(f"exactly-defined formulation: {row['rz_differing']} outputs differ from the model")
-        t = wall_median(ctx.device, lambda: backend.accumulate(x, w, HOPPER, plan), runs, warm)
+        t = wall_median(ctx.device, lambda: triton_accumulate(x, w, HOPPER, plan), runs, warm)
         row["rz_accumulate_s"], row["rz_accumulate_tmacs"] = t, m * n * k / t / 1e12
         _time_path(ctx, row, "rz", x, w, runs, warm, torch.bfloat16, True)
     ctx.say(f"headline exactly-defined: exact={not row['rz_differing']}, end to end "
@@ -520,7 +528,7 @@ def exactness_cases(dry: bool) -> list[dict[str, Any]]:
 def check_cases(ctx: Context, rows: list[dict[str, Any]], max_cases: int | None) -> int:
     """The Triton backend against the model on :func:`exactness_cases`; returns how many were skipped."""
     from mmaemu.accumulation import plan_accumulation
-    from mmaemu.backends.triton.backend import accumulate
+    accumulate = triton_accumulate
     from mmaemu.presets import get_preset
 
     skipped = 0
@@ -573,7 +581,7 @@ def check_edges(ctx: Context, rows: list[dict[str, Any]]) -> int:
     """The edges of :func:`edge_cases` against the model (the last 64 rows of tall ones); returns how many
     were skipped."""
     from mmaemu.accumulation import Scheme, SplitK, plan_accumulation
-    from mmaemu.backends.triton.backend import accumulate
+    accumulate = triton_accumulate
     from mmaemu.backends.triton.selftest import selftest_kernel
     from mmaemu.presets import HOPPER
 
@@ -654,7 +662,7 @@ def step_timing(ctx: Context) -> dict[str, Any]:
             if key == "native" and not native:
                 continue
             def call(x: Any = x, w: Any = w, plan: Any = plan) -> Any:
-                return backend.accumulate(x, w, HOPPER, plan)
+                return triton_accumulate(x, w, HOPPER, plan)
 
             if off:
                 with native_off():
@@ -683,11 +691,11 @@ def step_timing(ctx: Context) -> dict[str, Any]:
             entry["status"], skipped = "skipped (budget)", skipped + 1
             continue
         try:
-            out = backend.accumulate(x, w, HOPPER, plan, cfg)
+            out = triton_accumulate(x, w, HOPPER, plan, cfg)
             entry["differing"] = differing(out, base)
             if entry["differing"]:
                 problems.append(f"RZ tile {cfg.text}: {entry['differing']} outputs differ")
-            ts = wall_median(ctx.device, lambda cfg=cfg: backend.accumulate(x, w, HOPPER, plan, cfg), runs, warm)
+            ts = wall_median(ctx.device, lambda cfg=cfg: triton_accumulate(x, w, HOPPER, plan, cfg), runs, warm)
             entry["s"], entry["tmacs"] = ts, m * n * k / ts / 1e12
         except Exception as exc:  # noqa: BLE001 - a tile that fails to compile is a finding
             entry["status"] = f"{type(exc).__name__}: {str(exc)[:200]}"

@@ -6,21 +6,34 @@ numba, a dependency) for CPU tensors; ``triton`` for CUDA tensors when Triton im
 (run once per device and process) passed there; ``reference`` otherwise. When numba cannot load, or the
 self-test fails on a device, ``auto`` emits one :class:`~mmaemu.errors.BackendFallbackWarning` per device
 saying why. :func:`auto_fallback` says why ``auto`` did not take a faster one.
+
+Each backend is one module with one :class:`~mmaemu.backends.protocol.Executor` (``available``,
+``expresses``, ``accumulate``); :func:`accumulators` and :func:`run` (:mod:`mmaemu.backends.dispatch`)
+alone send what a backend does not express to the reference backend and apply the Inf and NaN rules.
 """
 
 from __future__ import annotations
 
 import warnings
-from typing import Callable
+from typing import Any
 
 import torch
 
 from ..accumulation import AccumulationPlan
 from ..errors import BackendFallbackWarning, BackendUnavailableError
 from ..presets import Preset
-from . import cpu, numba_cache, reference
-from .capabilities import AUTO_ORDER, CONCRETE, CORE, Backend, Support, parse_backend, supports
-from .triton import backend as triton_backend
+from . import dispatch
+from .capabilities import (
+    AUTO_ORDER,
+    CONCRETE,
+    CORE,
+    EXECUTORS,
+    Backend,
+    Support,
+    parse_backend,
+    supports,
+)
+from .protocol import Accumulated, Executor
 from .triton import selftest as triton_selftest
 
 __all__ = [
@@ -32,10 +45,12 @@ __all__ = [
     "resolve_backend",
     "require",
     "auto_fallback",
-    "accumulator_function",
+    "accumulators",
+    "run",
+    "Accumulated",
+    "Executor",
+    "EXECUTORS",
 ]
-
-AccumulateFn = Callable[[torch.Tensor, torch.Tensor, Preset, AccumulationPlan], torch.Tensor]
 
 
 def _selftest_failure(backend: Backend, device: torch.device, preset: Preset | None = None) -> str | None:
@@ -133,14 +148,30 @@ def auto_fallback(device: torch.device) -> str | None:
     return "; ".join(reasons)
 
 
-def accumulator_function(backend: Backend) -> AccumulateFn:
-    """The accumulate function of a concrete backend (checked by :func:`require` or chosen by
-    :func:`resolve_backend` first)."""
-    if backend is Backend.REFERENCE:
-        return reference.accumulate
-    if backend is Backend.CPU:
-        numba_cache.announce_first_compile(cpu.__file__, "the cpu backend's kernels")
-        return cpu.accumulate
-    if backend is Backend.TRITON:
-        return triton_backend.accumulate
-    raise ValueError(f"not a concrete backend: {backend}")
+
+def _executor(backend: Backend) -> Executor:
+    executor = EXECUTORS.get(backend)
+    if executor is None:
+        raise ValueError(f"not a concrete backend: {backend}; pass one of {', '.join(b.value for b in CONCRETE)}")
+    return executor
+
+
+def accumulators(backend: Backend, a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: AccumulationPlan,
+                 **options: Any) -> torch.Tensor:
+    """fp32 accumulators ``[M, N]`` of a concrete ``backend``, delegation and the Inf rule applied (NaN
+    codes count as zeros): :func:`mmaemu.backends.dispatch.accumulators`.
+
+    Raises:
+        ValueError: ``backend`` is not a concrete backend.
+    """
+    return dispatch.accumulators(_executor(backend), a, b, preset, plan, **options)
+
+
+def run(backend: Backend, a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: AccumulationPlan) -> torch.Tensor:
+    """:func:`accumulators` with the NaN rule: what a call's epilogue takes
+    (:func:`mmaemu.backends.dispatch.run`).
+
+    Raises:
+        ValueError: ``backend`` is not a concrete backend.
+    """
+    return dispatch.run(_executor(backend), a, b, preset, plan)

@@ -26,7 +26,6 @@ reference backend raises ``UnsupportedFeatureError``), rather than approximated.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -35,20 +34,14 @@ import torch
 from ..errors import UnknownNameError
 from ..formats import FP8_DTYPES, WIDE_DTYPES
 from ..presets import Accumulator, Preset
-from . import cpu
+from . import cpu, reference
+from .protocol import Backend, Executor
 from .triton import backend as triton_backend
 
-__all__ = ["AUTO_ORDER", "CONCRETE", "CORE", "Backend", "Support", "native", "parse_backend", "supports"]
+__all__ = ["AUTO_ORDER", "CONCRETE", "CORE", "EXECUTORS", "Backend", "Support", "native", "parse_backend", "supports"]
 
-
-class Backend(enum.Enum):
-    """Backend names accepted by ``backend=``."""
-
-    AUTO = "auto"
-    REFERENCE = "reference"
-    CPU = "cpu"
-    TRITON = "triton"
-
+#: Each concrete backend's :class:`~mmaemu.backends.protocol.Executor` (its module's ``EXECUTOR``).
+EXECUTORS: dict[Backend, Executor] = {e.backend: e for e in (reference.EXECUTOR, cpu.EXECUTOR, triton_backend.EXECUTOR)}
 
 #: The backends that compute (``auto`` chooses one of them).
 CONCRETE: tuple[Backend, ...] = (Backend.REFERENCE, Backend.CPU, Backend.TRITON)
@@ -101,34 +94,21 @@ class Support:
         return self.usable
 
 
-def native(backend: Backend, preset: Preset) -> bool:
-    """Whether ``backend``'s own kernel computes ``preset`` (else it delegates to the reference backend).
+def native(backend: Backend, preset: Preset, dtypes: tuple[torch.dtype, ...] = ()) -> bool:
+    """Whether ``backend``'s own kernel computes ``preset`` for operands of ``dtypes`` (empty: FP8; else
+    the dispatcher sends the call to the reference backend).
 
-    Each backend module owns the fact (:func:`mmaemu.backends.cpu.expresses`,
-    :func:`mmaemu.backends.triton.backend.expresses`); this table only gathers it.
+    Each backend module owns the fact (its executor's ``expresses``); this table only gathers it.
     """
-    if backend is Backend.REFERENCE:
-        return True
-    if backend is Backend.CPU:
-        return cpu.expresses(preset)
-    if backend is Backend.TRITON:
-        return triton_backend.expresses(preset)
-    return False
+    executor = EXECUTORS.get(backend)
+    return executor is not None and executor.expresses(preset, dtypes)
 
 
 def _requirement(backend: Backend, device: torch.device) -> tuple[bool, str]:
-    if backend is Backend.REFERENCE:
-        if device.type == "meta":
-            return False, "tensors on the 'meta' device hold no values"
-        return True, f"torch {torch.__version__}, on {device.type!r} tensors"
-    if backend is Backend.CPU:
-        usable, why = cpu.available()
-        if usable and device.type != "cpu":
-            return False, f"backend 'cpu' runs on CPU tensors only, not {device.type!r} tensors"
-        return usable, why
-    if backend is Backend.TRITON:
-        return triton_backend.available(device)
-    return False, "'auto' is not a concrete backend"
+    executor = EXECUTORS.get(backend)
+    if executor is None:
+        return False, "'auto' is not a concrete backend"
+    return executor.available(device)
 
 
 def supports(backend: Backend | str, preset: Preset | None, dtypes: Iterable[torch.dtype],
@@ -162,9 +142,9 @@ def supports(backend: Backend | str, preset: Preset | None, dtypes: Iterable[tor
         return Support(chosen, usable, False, f"{reason}; the zoo formats (fp16, bf16, tf32) are delegated to the "
                                               "reference backend")
     if zoo and chosen is Backend.CPU:
-        is_native = usable and (preset is None or cpu.expresses_wide(preset))
+        is_native = usable and (preset is None or native(chosen, preset, dtypes))
         return Support(chosen, usable, is_native, reason)
-    is_native = usable and (preset is None or native(chosen, preset))
+    is_native = usable and (preset is None or native(chosen, preset, dtypes))
     if usable and not is_native and preset is not None:
         reason = f"{reason}; preset {preset.name!r} is delegated to the reference backend"
     return Support(chosen, usable, is_native, reason)

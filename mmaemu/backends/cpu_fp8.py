@@ -332,6 +332,13 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled
         return p0, p1, p2, p3, q0, q1, q2, q3
 
     @njit(inline="always")
+    def add_chain(partial: np.ndarray, p: int, c: np.ndarray) -> None:  # pragma: no cover - compiled
+        """``partial[p] += c`` in fp32 (a chain's result joins its part; ``c`` may hold fp32 values in float64)."""
+        for i in range(c.shape[0]):
+            for j in range(c.shape[1]):
+                partial[p, i, j] = partial[p, i, j] + np.float32(c[i, j])
+
+    @njit(inline="always")
     def combine_parts(partial: np.ndarray, order: np.ndarray, role: np.ndarray, out: np.ndarray,
                       m0: int, n0: int, mm: int, nn: int, transposed: bool = False) -> None:
         """``out[m0:m0+mm, n0:n0+nn]`` from the part results in the scheme's steps (fp32 additions).

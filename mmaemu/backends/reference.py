@@ -9,13 +9,16 @@ tensor is formed; each step works on an ``[m_tile, n_tile, block]`` slab of at m
 
 from __future__ import annotations
 
+import sys
+
 import torch
 
 from ..accumulation import AccumulationPlan, combine_parts
 from ..model import BlockOperands, Preset, chain
 from ..presets import Accumulator, require_accumulator
+from .protocol import Accumulated, Backend, Executor
 
-__all__ = ["NAME", "TILE_ELEMENTS", "accumulate", "recompute_infinite"]
+__all__ = ["EXECUTOR", "NAME", "TILE_ELEMENTS", "accumulate", "accumulated", "available", "expresses", "recompute_infinite"]
 
 NAME = "reference"
 #: Upper bound on the elements of one [m_tile, n_tile, block] working slab.
@@ -133,3 +136,24 @@ def recompute_infinite(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, pres
     if cols.numel():
         out[:, cols] = accumulate(a, b[cols], preset, plan).to(out.device)
     return out
+
+
+def available(device: torch.device) -> tuple[bool, str]:
+    """(usable, reason): torch computes on every device but ``meta`` (whose tensors hold no values)."""
+    if device.type == "meta":
+        return False, "tensors on the 'meta' device hold no values"
+    return True, f"torch {torch.__version__}, on {device.type!r} tensors"
+
+
+def expresses(preset: Preset, dtypes: tuple[torch.dtype, ...] = ()) -> bool:
+    """Every preset, every format (the fp32 accumulators a preset models; see :func:`accumulate`)."""
+    return True
+
+
+def accumulated(a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: AccumulationPlan) -> Accumulated:
+    """:func:`accumulate` as the dispatcher takes it (the IEEE rules are this backend's own)."""
+    return Accumulated(accumulate(a, b, preset, plan), False)
+
+
+#: The reference backend as the dispatcher uses it.
+EXECUTOR = Executor(Backend.REFERENCE, sys.modules[__name__], "accumulated")

@@ -17,13 +17,13 @@ tensor-core rounding never enters and their bits do not depend on the GPU model.
 Special values:
 
 - NaN codes count as zero in the exactly-defined formulations; in the sm_90 formulation the outputs they
-  reach are unspecified. :func:`mmaemu.call._run` writes the canonical NaN over every output whose row or
+  reach are unspecified. The dispatcher (:func:`mmaemu.backends.dispatch.run`) writes the canonical NaN over every output whose row or
   column holds one, so neither ever shows.
-- Inf codes (E5M2) count as zero in the kernels; the outputs whose row of ``a`` or of ``b`` holds one are
-  then recomputed by the reference backend (on the same device), which implements the IEEE rules of
-  :func:`mmaemu.model.block_fma` (:func:`mmaemu.backends.reference.recompute_infinite`). Presets the
-  kernels do not express (``b200_mma_sync``: round-to-nearest, accumulator added last) go to the
-  reference backend whole.
+- Inf codes (E5M2) count as zero in the kernels; the dispatcher then recomputes the outputs whose row of
+  ``a`` or of ``b`` holds one with the reference backend (on the same device), which implements the IEEE
+  rules of :func:`mmaemu.model.block_fma` (:func:`mmaemu.backends.reference.recompute_infinite`). Presets
+  the kernels do not express (``b200_mma_sync``: round-to-nearest, accumulator added last) and the zoo
+  formats are sent to the reference backend whole, by the dispatcher too.
 - Exact zero results are +0. A block result of 2**128 or more cannot occur for K < 2**90, so the Inf rule
   of the model needs no code.
 
@@ -40,13 +40,14 @@ tensors, bit for bit (that is how CI tests them). Before first use on a device t
 
 from __future__ import annotations
 
+import sys
+
 import torch
 
 from ...accumulation import AccumulationPlan, flatten_plan
 from ...errors import BackendUnavailableError
-from ...formats import FP8_DTYPES
 from ...presets import Preset
-from .. import reference
+from ..protocol import Accumulated, Backend, Executor
 from .convert import GPU_CONFIG, accumulate_convert
 from .launch import (
     INTERPRETER_CONFIG,
@@ -95,6 +96,7 @@ __all__ = [
     "Formulation",
     "Launch",
     "TileConfig",
+    "EXECUTOR",
     "accumulate",
     "available",
     "choose_launch",
@@ -165,18 +167,20 @@ def accumulate(
     config: TileConfig | None = None,
     launch: Launch | None = None,
     formulation: Formulation | None = None,
-) -> torch.Tensor:
-    """fp32 accumulators ``[M, N]`` of FP8 ``a [M, K]`` and ``b [N, K]`` under ``plan``.
+) -> Accumulated:
+    """fp32 accumulators ``[M, N]`` of FP8 ``a [M, K]`` and ``b [N, K]`` under ``plan``, for a preset the
+    backend :func:`expresses` (:func:`mmaemu.backends.dispatch.accumulators` sends the rest to the
+    reference backend).
 
-    Outputs meeting a NaN code are left to the caller's NaN rule; the outputs that meet an Inf code are
-    recomputed by the reference backend; exact zeros are +0. This function does not run the self-test:
+    Outputs meeting a NaN code are left to the dispatcher's NaN rule; Inf codes count as zeros (the
+    dispatcher recomputes the outputs that meet one); exact zeros are +0. This function does not run the self-test:
     the dispatcher (:func:`mmaemu.backends.require` and :func:`mmaemu.backends.resolve_backend`) checks it
     before a call uses this backend on a device.
 
     Args:
         a: FP8 ``[M, K]``.
         b: FP8 ``[N, K]`` (same device).
-        preset: the arithmetic; presets the kernels do not express go to the reference backend.
+        preset: the arithmetic (one the kernels express).
         plan: the accumulation plan for K.
         config: launch tile of the exactly-defined formulations (one program per tile); default
             :data:`GPU_CONFIG` or :func:`choose_launch`'s (under the interpreter :data:`INTERPRETER_CONFIG`).
@@ -187,28 +191,29 @@ def accumulate(
             ``config`` or ``launch`` is given).
 
     Returns:
-        fp32 ``[M, N]`` on the operands' device; see the module docstring for NaN, Inf and -0.
+        fp32 ``[M, N]`` on the operands' device, and whether an Inf code was counted as zero; see the
+        module docstring for NaN, Inf and -0.
 
     Raises:
         BackendUnavailableError: Triton is missing, or the tensors are on a device the kernels do not
             run on.
-        ValueError: ``formulation`` does not compute ``preset`` there.
+        ValueError: ``formulation`` does not compute ``preset`` there, or the kernels do not express it.
     """
     if launch is not None and not isinstance(launch, Launch):
         raise TypeError(f"launch must be a Launch or None, got {type(launch).__name__}")
     usable, reason = available(a.device)
     if not usable:
         raise BackendUnavailableError(f"backend 'triton' is unavailable: {reason}")
-    if a.dtype not in FP8_DTYPES or not expresses(preset):
-        # the kernels decode FP8 and express the aligned, truncating presets: the rest runs on the reference
-        return reference.accumulate(a, b, preset, plan)
+    if not expresses(preset, (a.dtype, b.dtype)):
+        raise ValueError(f"the Triton kernels do not compute preset {preset.name!r} on {a.dtype} operands: call "
+                         "mmaemu.backends.accumulators, which sends such calls to the reference backend")
     if formulation is None:
         formulation = (formulation_for(preset, a.device) if launch is None and config is None
                        else Formulation.RZ if rz_expresses(preset) else Formulation.CONVERT)
     _check_formulation(formulation, preset, a.device)
     m, n = a.shape[0], b.shape[0]
     if m == 0 or n == 0 or plan.k == 0:
-        return torch.zeros((m, n), dtype=torch.float32, device=a.device)
+        return Accumulated(torch.zeros((m, n), dtype=torch.float32, device=a.device), False)
     if formulation is Formulation.NATIVE:  # its layout cached per plan: no flattening on the hot path
         return accumulate_native(a, b, preset, plan)
     flat = flatten_plan(plan)
@@ -223,3 +228,7 @@ def accumulate(
                 launch = choose_launch(m, n, len(flat.chain_starts) - 1, sms)
         return accumulate_rz(a, b, preset, plan, flat, launch)
     return accumulate_convert(a, b, preset, plan, flat, config or (INTERPRETER_CONFIG if interpreting() else GPU_CONFIG))
+
+
+#: The Triton backend as the dispatcher uses it.
+EXECUTOR = Executor(Backend.TRITON, sys.modules[__name__])

@@ -6,7 +6,7 @@ It runs the presets the backend expresses but :func:`~mmaemu.backends.triton.rz.
 decoded once (a 256-entry table) into fp32 values and int8 exponents, gathered in the plan's k order
 (split parts are contiguous runs of the permuted k axis) and laid out k-major (``[K, M]`` and ``[K, N]``):
 5 bytes per operand element. One program per ``BLOCK_M x BLOCK_N`` output tile walks every part and
-chain. Outputs that meet an Inf code are recomputed by the reference backend.
+chain. Inf codes count as zeros; the dispatcher recomputes the outputs that meet one.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import torch
 from ...accumulation import AccumulationPlan, FlatPlan
 from ...formats import decode_fp8
 from ...presets import Preset
-from .. import reference
+from ..protocol import Accumulated
 from .launch import MAX_PROGRAMS, ZERO_EXP, KernelModule, TileConfig, kernels, on_device
 
 __all__ = ["GPU_CONFIG", "accumulate_convert"]
@@ -59,8 +59,9 @@ def _decode_k_major(x: torch.Tensor, perm: torch.Tensor | None) -> tuple[torch.T
 
 
 def accumulate_convert(a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: AccumulationPlan, flat: FlatPlan,
-                       config: TileConfig) -> torch.Tensor:
-    """fp32 ``[M, N]`` accumulators with the first formulation, one program per ``config`` tile."""
+                       config: TileConfig) -> Accumulated:
+    """fp32 ``[M, N]`` accumulators with the first formulation, one program per ``config`` tile (Inf codes
+    counted as zeros: :attr:`~mmaemu.backends.protocol.Accumulated.inf_zeroed`)."""
     m, n = a.shape[0], b.shape[0]
     chain_starts, part_starts, order, role = flat.chain_starts, flat.part_chains, flat.order, flat.role
     perm = None if flat.identity else flat.k_order.to(a.device)
@@ -86,6 +87,4 @@ def accumulate_convert(a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: A
             BLOCK=preset.block_size, FRAC=preset.frac_bits, BLOCK_M=config.block_m, BLOCK_N=config.block_n,
             num_warps=config.num_warps, enable_fp_fusion=False,
         )
-    if a_inf or b_inf:  # Inf codes were zeros in the kernel: their outputs follow IEEE
-        reference.recompute_infinite(out, a, b, preset, plan)
-    return out
+    return Accumulated(out, bool(a_inf or b_inf))  # Inf codes were zeros in the kernel

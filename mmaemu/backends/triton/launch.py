@@ -21,6 +21,7 @@ import torch
 
 from ...accumulation import FlatPlan
 from ...errors import BackendUnavailableError
+from ...formats import FP8_DTYPES
 from ...model import block_sum_exact_in_fp32
 from ...presets import CMode, Preset, Rounding
 
@@ -210,11 +211,13 @@ def padded_codes(x: torch.Tensor, k_index: torch.Tensor, rows: int) -> torch.Ten
 INTERPRETER_CONFIG = TileConfig(64, 64, 1)
 
 
-def expresses(preset: Preset) -> bool:
-    """Whether the kernels compute ``preset`` (others are delegated to the reference backend whole).
+def expresses(preset: Preset, dtypes: tuple[torch.dtype, ...] = ()) -> bool:
+    """Whether the kernels compute ``preset`` for operands of ``dtypes`` (empty: FP8); the dispatcher
+    sends the others to the reference backend whole.
 
-    As the cpu kernel (aligned ``c``, truncation, a block sum exact in fp32:
+    FP8 operands only (the kernels decode FP8 codes; the zoo formats are the reference backend's). As
+    the cpu kernel (aligned ``c``, truncation, a block sum exact in fp32:
     :func:`mmaemu.model.block_sum_exact_in_fp32`), with blocks of at most 64 products.
     """
-    return (preset.c_mode is CMode.ALIGNED and preset.rounding is Rounding.TRUNCATE
+    return (all(d in FP8_DTYPES for d in dtypes) and preset.c_mode is CMode.ALIGNED and preset.rounding is Rounding.TRUNCATE
             and block_sum_exact_in_fp32(preset, with_c=True) and preset.block_size <= 64)

@@ -11,9 +11,9 @@ to the kernel as they are, with no copy, no decoding and no host synchronisation
 the device, cached per plan); other plans (round-robin splits, K not a multiple of 16) first gather the
 codes into the plan's order with every chain padded to 128 (:class:`NativeLayout`).
 
-Special values: outputs whose row of ``a`` or of ``b`` holds a NaN code are unspecified here (the caller,
-:func:`mmaemu.call._run`, writes the canonical NaN over every one of them); outputs that meet an Inf code
-(E5M2 only) are recomputed by the reference backend, so only E5M2 operands are scanned (a host
+Special values: outputs whose row of ``a`` or of ``b`` holds a NaN code are unspecified here (the dispatcher,
+:func:`mmaemu.backends.dispatch.run`, writes the canonical NaN over every one of them); outputs that meet an Inf code
+(E5M2 only) are recomputed by the dispatcher, so only E5M2 operands are scanned (a host
 synchronisation), never E4M3 ones, which have no Inf code.
 """
 
@@ -26,7 +26,7 @@ import torch
 from ...accumulation import AccumulationPlan, FlatPlan, combine_parts, flatten_plan
 from ...host import env_flag
 from ...presets import CMode, Preset, Rounding
-from .. import reference
+from ..protocol import Accumulated
 from .launch import (
     MAX_PROGRAMS,
     KernelModule,
@@ -264,10 +264,8 @@ def prepare_native(a: torch.Tensor, b: torch.Tensor, plan: AccumulationPlan, fla
 
 
 def accumulate_native(a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: AccumulationPlan,
-                      flat: FlatPlan | None = None) -> torch.Tensor:
+                      flat: FlatPlan | None = None) -> Accumulated:
     """fp32 ``[M, N]`` accumulators with the sm_90 formulation (the caller checked :func:`native_applies`,
     or runs the kernel in the interpreter on data where every sum is exact, to check its layout)."""
     out = prepare_native(a, b, plan, flat).run()
-    if _has_inf(a) or _has_inf(b):  # outputs meeting Inf codes follow IEEE: the reference recomputes them
-        reference.recompute_infinite(out, a, b, preset, plan)
-    return out
+    return Accumulated(out, _has_inf(a) or _has_inf(b))  # the dispatcher recomputes outputs meeting an Inf code

@@ -7,8 +7,8 @@ plan's k order with every chain padded to a multiple of B, and laid out k-major 
 ``[KP, NP]``, rows padded to the tile): 12 bytes per operand element. Each program owns a ``BLOCK_M x
 BLOCK_N`` output tile and walks the plan (parts in the order they are combined, chains, blocks) with
 ``c`` in registers; with few outputs and several chains, each (chain, tile) is a program and the
-launcher combines the chain results in the plan's order (:func:`choose_launch`). Outputs that meet an
-Inf code are recomputed by the reference backend.
+launcher combines the chain results in the plan's order (:func:`choose_launch`). Inf codes count as
+zeros; the dispatcher (:mod:`mmaemu.backends.dispatch`) recomputes the outputs that meet one.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import torch
 from ...accumulation import AccumulationPlan, FlatPlan, combine_parts
 from ...formats import decode_fp8
 from ...presets import Preset
-from .. import reference
+from ..protocol import Accumulated
 from .launch import (
     MAX_PROGRAMS,
     ZERO_EXP,
@@ -176,7 +176,7 @@ def _decode_rz(x: torch.Tensor, k_index: torch.Tensor, rows: int) -> tuple[torch
 
 
 def accumulate_rz(a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: AccumulationPlan, flat: FlatPlan,
-                   launch: Launch) -> torch.Tensor:
+                   launch: Launch) -> Accumulated:
     """:func:`accumulate` with the second formulation (the caller checked :func:`rz_expresses`)."""
     cfg = launch.tile
     m, n = a.shape[0], b.shape[0]
@@ -198,9 +198,7 @@ def accumulate_rz(a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: Accumu
     if launch.parallel_chains and n_chains > 1:
         out = _parallel_chains(ap, an, ea, bp, bn, eb, chain_t, programs * n_chains, preset, plan, flat, launch,
                                mp, np_)[:m, :n]
-        if a_inf or b_inf:
-            reference.recompute_infinite(out, a, b, preset, plan)
-        return out
+        return Accumulated(out, bool(a_inf or b_inf))
     out = torch.empty((m, n), dtype=torch.float32, device=a.device)
     if programs > MAX_PROGRAMS:
         raise ValueError(f"{m} x {n} outputs need {programs} tiles of {cfg.block_m} x {cfg.block_n}, more than "
@@ -212,9 +210,7 @@ def accumulate_rz(a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: Accumu
             NATIVE_RZ=not interpreting(), ONE_CHAIN=n_parts == 1 and n_chains == 1, num_warps=cfg.num_warps,
             enable_fp_fusion=False,
         )
-    if a_inf or b_inf:  # Inf codes were zeros in the kernel: their outputs follow IEEE
-        reference.recompute_infinite(out, a, b, preset, plan)
-    return out
+    return Accumulated(out, bool(a_inf or b_inf))  # Inf codes were zeros in the kernel
 
 
 def _parallel_chains(ap: torch.Tensor, an: torch.Tensor, ea: torch.Tensor, bp: torch.Tensor, bn: torch.Tensor,

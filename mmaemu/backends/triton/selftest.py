@@ -27,7 +27,9 @@ import torch
 from ...accumulation import Scheme, SplitK, plan_accumulation
 from ...presets import ADA, HOPPER, Preset
 from .. import reference
+from ..dispatch import accumulators
 from .backend import (
+    EXECUTOR,
     GPU_CONFIG,
     INTERPRETER_CONFIG,
     NATIVE_GPU_CONFIG,
@@ -37,7 +39,6 @@ from .backend import (
     Formulation,
     Launch,
     TileConfig,
-    accumulate,
     available,
     device_str,
     disable_native,
@@ -239,7 +240,7 @@ def _check_kernel(preset: Preset, device: torch.device) -> KernelResult:
             how = "" if launch is None else (f" (tile {launch.tile.block_m}x{launch.tile.block_n}/"
                                              f"{launch.tile.num_warps}w, parallel chains {launch.parallel_chains})")
             try:
-                got = accumulate(a.to(device), b.to(device), preset, plan, launch=launch).cpu()
+                got = accumulators(EXECUTOR, a.to(device), b.to(device), preset, plan, launch=launch).cpu()
             except Exception as exc:  # noqa: BLE001 - any failure to compile or run disqualifies the kernel
                 return KernelResult(name, False, f"case {case.name!r}{how} raised {type(exc).__name__}: {exc}")
             if got.shape != expected.shape:

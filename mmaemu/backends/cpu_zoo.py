@@ -1,0 +1,385 @@
+"""The cpu backend's kernels for the zoo formats (fp16, bf16, tf32 operands, fp32 accumulators).
+
+Two kernels compute the same bits as :func:`mmaemu.model.block_fma`. The fp32 kernel
+(:func:`_kernel_zoo`) runs every row whose operand exponents lie in [_FAST_EMIN, _FAST_EMAX]: each
+product is exact in fp32, scaled to the block's grid and truncated into int32 terms. Rows of ``a``
+or ``b`` outside that range (bf16 and tf32 only: very large, tiny or subnormal values) are
+recomputed by the float64 kernel (:func:`_kernel_wide`), which takes any exponent. Inf operands
+count as zeros (:attr:`mmaemu.backends.protocol.Accumulated.inf_zeroed` says whether one was met;
+the dispatcher recomputes their outputs); NaN operands count as zeros and the dispatcher applies
+the NaN rule. The block maxima, the combination of split parts and the addition of chain results
+are the inline helpers the FP8 kernels use too (:mod:`mmaemu.backends.cpu_fp8`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..accumulation import AccumulationPlan
+from ..formats import WideFormat, decode_wide, wide_format_of
+from ..presets import CMode, Preset, Rounding
+from .cpu_scratch import buffer, flatten, launch_guard, tiles
+from .protocol import Accumulated
+
+__all__ = ["accumulate_wide", "expresses_wide"]
+
+try:  # pragma: no cover - exercised where numba is installed (a dependency)
+    import numba
+    from numba import njit, prange
+
+    from . import numba_cache
+
+    numba_cache.install()  # compiled code in the per-user cache, never in the package
+except Exception:  # noqa: BLE001
+    numba = None  # type: ignore[assignment]
+
+
+#: int16 exponent of zero and non-finite zoo operands (:data:`mmaemu.formats.EXPONENT_OF_ZERO`): real
+#: exponents are in [-126, 127], so a sum with a zero operand is at most -3969 and two zeros give -8192.
+_ZERO16 = -4096
+#: A zoo block maximum below this means the block has no nonzero product (real sums are >= -252).
+_NO_WIDE_PRODUCT_BELOW = -1000
+
+
+
+if numba is not None:
+    from .cpu_fp8 import add_chain, combine_parts
+
+    @njit(inline="always")
+    def _block_max16(  # pragma: no cover - compiled
+        emax: np.ndarray, ea: np.ndarray, eb_t: np.ndarray, kseq: np.ndarray, m: int, b0: int, b1: int,
+        n0: int, nn: int,
+    ) -> None:
+        """The block's maximum of ``e(a[m, k]) + e(b[k, n0 + j])`` (int16 exponents), four k at a time
+        (:func:`mmaemu.backends.cpu._block_max8`'s loop on int8 ones)."""
+        emax[:] = _ZERO16
+        idx = b0
+        while idx + 4 <= b1:
+            k0, k1, k2, k3 = kseq[idx], kseq[idx + 1], kseq[idx + 2], kseq[idx + 3]
+            e0, e1, e2, e3 = ea[m, k0], ea[m, k1], ea[m, k2], ea[m, k3]
+            r0, r1 = eb_t[k0, n0:n0 + nn], eb_t[k1, n0:n0 + nn]
+            r2, r3 = eb_t[k2, n0:n0 + nn], eb_t[k3, n0:n0 + nn]
+            for j in range(nn):
+                emax[j] = max(emax[j], max(max(np.int16(e0 + r0[j]), np.int16(e1 + r1[j])),
+                                           max(np.int16(e2 + r2[j]), np.int16(e3 + r3[j]))))
+            idx += 4
+        while idx < b1:
+            k0 = kseq[idx]
+            e0 = ea[m, k0]
+            r0 = eb_t[k0, n0:n0 + nn]
+            for j in range(nn):
+                emax[j] = max(emax[j], np.int16(e0 + r0[j]))
+            idx += 1
+
+
+if numba is not None:
+
+    @njit(parallel=True, cache=True)
+    def _kernel_wide(  # pragma: no cover - compiled
+        va: np.ndarray, ea: np.ndarray, vb_t: np.ndarray, eb_t: np.ndarray,
+        kseq: np.ndarray, chain_start: np.ndarray, chain_part: np.ndarray,
+        n_parts: int, order: np.ndarray, role: np.ndarray, block: int, frac: int,
+        m_tile: int, n_tile: int, out: np.ndarray,
+    ) -> None:
+        """The zoo formats (fp16, bf16, tf32): :func:`_kernel`'s loops in float64 with int16 exponents.
+
+        Products are exact in float64 (at most 22 bits); scaling by ``2**(F - E)`` is exact (E - F is
+        in [-300, 300]); the truncated terms are integers below ``2**(F + 2)`` and B + 1 of them add
+        exactly in float64. Normalising to fp32's 24 significant bits toward zero is a mask of the
+        float64 significand; results below 2**-126 are truncated on fp32's grid 2**-149, and a
+        result of 2**128 or more becomes +-Inf in the conversion to fp32.
+        """
+        m_rows = va.shape[0]
+        n_cols = vb_t.shape[1]
+        n_tiles = (n_cols + n_tile - 1) // n_tile
+        m_tiles = (m_rows + m_tile - 1) // m_tile
+        n_chains = chain_part.shape[0]
+        keep_mask = np.int64(~((1 << 29) - 1))  # 24 significant bits of a float64
+        for t in prange(m_tiles * n_tiles):
+            m0 = (t // n_tiles) * m_tile
+            mm = min(m_tile, m_rows - m0)
+            n0 = (t % n_tiles) * n_tile
+            nn = min(n_tile, n_cols - n0)
+            partial = np.zeros((n_parts, mm, nn), dtype=np.float32)
+            c = np.zeros((mm, nn), dtype=np.float64)  # fp32 values, held in float64
+            c_bits = c.view(np.int64)
+            emax = np.empty(nn, dtype=np.int16)
+            scale = np.empty(nn, dtype=np.float64)
+            scale_bits = scale.view(np.int64)
+            unit = np.empty(nn, dtype=np.float64)
+            unit_bits = unit.view(np.int64)
+            acc = np.empty(nn, dtype=np.float64)
+            acc_bits = acc.view(np.int64)
+            for ch in range(n_chains):
+                c[:, :] = 0.0
+                start, stop = chain_start[ch], chain_start[ch + 1]
+                for b0 in range(start, stop, block):
+                    b1 = min(b0 + block, stop)
+                    for i in range(mm):
+                        m = m0 + i
+                        _block_max16(emax, ea, eb_t, kseq, m, b0, b1, n0, nn)
+                        for j in range(nn):
+                            bits = c_bits[i, j]
+                            e = np.int64(emax[j])
+                            if e < _NO_WIDE_PRODUCT_BELOW:
+                                e = np.int64(-300)
+                            if bits & np.int64(0x7FFFFFFFFFFFFFFF):
+                                # c's exponent, floored at -126 (c holds an fp32 value)
+                                e = max(e, max(((bits >> 52) & 0x7FF) - 1023, np.int64(-126)))
+                            scale_bits[j] = (frac - e + 1023) << 52
+                            unit_bits[j] = (e - frac + 1023) << 52
+                            acc[j] = np.trunc(c[i, j] * scale[j])  # exact
+                        idx = b0
+                        while idx + 4 <= b1:
+                            k0, k1, k2, k3 = kseq[idx], kseq[idx + 1], kseq[idx + 2], kseq[idx + 3]
+                            v0, v1, v2, v3 = va[m, k0], va[m, k1], va[m, k2], va[m, k3]
+                            if v0 != 0.0 or v1 != 0.0 or v2 != 0.0 or v3 != 0.0:
+                                q0, q1 = vb_t[k0, n0:n0 + nn], vb_t[k1, n0:n0 + nn]
+                                q2, q3 = vb_t[k2, n0:n0 + nn], vb_t[k3, n0:n0 + nn]
+                                for j in range(nn):
+                                    sc = scale[j]
+                                    acc[j] += ((np.trunc((v0 * q0[j]) * sc) + np.trunc((v1 * q1[j]) * sc))
+                                               + (np.trunc((v2 * q2[j]) * sc) + np.trunc((v3 * q3[j]) * sc)))
+                            idx += 4
+                        while idx < b1:
+                            k0 = kseq[idx]
+                            v0 = va[m, k0]
+                            if v0 != 0.0:
+                                q0 = vb_t[k0, n0:n0 + nn]
+                                for j in range(nn):
+                                    acc[j] += np.trunc((v0 * q0[j]) * scale[j])
+                            idx += 1
+                        for j in range(nn):
+                            acc_bits[j] = acc_bits[j] & keep_mask  # toward zero, 24 significant bits
+                            r = acc[j] * unit[j]
+                            if abs(r) < 2.0**-126:
+                                r = np.trunc(r * 2.0**149) * 2.0**-149  # fp32's subnormal grid
+                            c[i, j] = np.float64(np.float32(r)) + 0.0  # exact below 2**128; +0 for zero
+                add_chain(partial, chain_part[ch], c)
+            combine_parts(partial, order, role, out, m0, n0, mm, nn)
+
+
+#: The fp32 zoo kernel's operand exponent range: with e(a), e(b) in [-50, 60] every product is exact
+#: in fp32 (16 to 22 significant bits, 2**-100 <= |p| < 2**122), E >= -100, so 2**(F - E) is an fp32
+#: for F <= 26. Rows with an operand outside it (bf16 and tf32 only) go to the float64 kernel.
+_FAST_EMIN, _FAST_EMAX = -50, 60
+
+
+if numba is not None:
+
+    @njit(parallel=True, cache=True)
+    def _decode_zoo(  # pragma: no cover - compiled
+        bits: np.ndarray, shift: int, is_fp16: bool, out_v: np.ndarray, out_e: np.ndarray,
+        inf_rows: np.ndarray, wide_rows: np.ndarray, wide_cols: np.ndarray,
+    ) -> None:
+        """Decode zoo operands held as fp32 bit patterns (fp16 converted exactly, bf16 shifted, tf32 as is).
+
+        Values: fp32, zeros kept, Inf and NaN as +0. Exponents: int16, floored at the format's emin
+        (fp16 -14, else -126), ``_ZERO16`` for zeros and non-finite values. Rows holding an Inf are
+        flagged in ``inf_rows``; rows and columns holding a finite nonzero value whose exponent is
+        outside [_FAST_EMIN, _FAST_EMAX] in ``wide_rows`` and ``wide_cols`` (only ever set to True).
+        """
+        n_rows, n_cols = bits.shape
+        emin = -14 if is_fp16 else -126
+        for r in prange(n_rows):
+            row = bits[r]
+            v_out = out_v[r].view(np.int32)
+            n_inf = 0
+            n_wide = 0
+            for j in range(n_cols):
+                x = np.int32(row[j]) << shift
+                field = (x >> 23) & 0xFF
+                live = field != 0xFF and (x & 0x7FFFFFFF) != 0
+                e = max(field - 127, emin)
+                v_out[j] = x if field != 0xFF else 0
+                out_e[r, j] = np.int16(e) if live else np.int16(_ZERO16)
+                n_inf += np.int32(field == 0xFF and (x & 0x7FFFFF) == 0)
+                outside = live and (e < _FAST_EMIN or e > _FAST_EMAX)
+                n_wide += np.int32(outside)
+                if outside:
+                    wide_cols[j] = True
+            if n_inf:
+                inf_rows[r] = True
+            if n_wide:
+                wide_rows[r] = True
+
+    @njit(parallel=True, cache=True)
+    def _kernel_zoo(  # pragma: no cover - compiled
+        va: np.ndarray, ea: np.ndarray, vb_t: np.ndarray, eb_t: np.ndarray,
+        kseq: np.ndarray, chain_start: np.ndarray, chain_part: np.ndarray,
+        n_parts: int, order: np.ndarray, role: np.ndarray, block: int, frac: int,
+        m_tile: int, n_tile: int, out: np.ndarray,
+    ) -> None:
+        """The zoo formats with every operand exponent in [_FAST_EMIN, _FAST_EMAX]: fp32 products, int32 terms.
+
+        ``int32(p * 2**(F - E))`` truncates toward zero exactly (the product is exact in fp32 and the
+        scaling is by a power of two); the B terms (below ``2**(F + 2)``, at most ``2**31`` together)
+        add exactly in int32, and c's term (float64) joins them in float64; normalising to fp32's 24
+        significant bits is a mask of the float64 significand, as in :func:`_kernel_wide`.
+        """
+        m_rows = va.shape[0]
+        n_cols = vb_t.shape[1]
+        n_tiles = (n_cols + n_tile - 1) // n_tile
+        m_tiles = (m_rows + m_tile - 1) // m_tile
+        n_chains = chain_part.shape[0]
+        keep_mask = np.int64(~((1 << 29) - 1))
+        for t in prange(m_tiles * n_tiles):
+            m0 = (t // n_tiles) * m_tile
+            mm = min(m_tile, m_rows - m0)
+            n0 = (t % n_tiles) * n_tile
+            nn = min(n_tile, n_cols - n0)
+            partial = np.zeros((n_parts, mm, nn), dtype=np.float32)
+            c = np.zeros((mm, nn), dtype=np.float32)
+            c_bits = c.view(np.int32)
+            emax = np.empty(nn, dtype=np.int16)
+            scale = np.empty(nn, dtype=np.float32)
+            scale_bits = scale.view(np.int32)
+            unit = np.empty(nn, dtype=np.float64)
+            unit_bits = unit.view(np.int64)
+            scale64 = np.empty(nn, dtype=np.float64)
+            scale64_bits = scale64.view(np.int64)
+            cterm = np.empty(nn, dtype=np.float64)
+            iacc = np.empty(nn, dtype=np.int32)
+            acc = np.empty(nn, dtype=np.float64)
+            acc_bits = acc.view(np.int64)
+            for ch in range(n_chains):
+                c[:, :] = 0.0
+                start, stop = chain_start[ch], chain_start[ch + 1]
+                for b0 in range(start, stop, block):
+                    b1 = min(b0 + block, stop)
+                    for i in range(mm):
+                        m = m0 + i
+                        _block_max16(emax, ea, eb_t, kseq, m, b0, b1, n0, nn)
+                        for j in range(nn):
+                            bits = c_bits[i, j]
+                            e = np.int32(emax[j])
+                            if e < _NO_WIDE_PRODUCT_BELOW:
+                                e = np.int32(-300)
+                            if bits & 0x7FFFFFFF:  # c's exponent, floored at -126
+                                e = max(np.int32(max(((bits >> 23) & 0xFF) - 127, -126)), e)
+                            # 2**(F - E) for the products (no product when E - F < -126: any value);
+                            # c's term in float64, exact
+                            scale_bits[j] = (min(max(frac - e, -126), 127) + 127) << 23
+                            unit_bits[j] = np.int64(e - frac + 1023) << 52
+                            scale64_bits[j] = np.int64(frac - e + 1023) << 52
+                            cterm[j] = np.trunc(np.float64(c[i, j]) * scale64[j])  # exact
+                            iacc[j] = 0
+                        idx = b0
+                        while idx + 4 <= b1:
+                            k0, k1, k2, k3 = kseq[idx], kseq[idx + 1], kseq[idx + 2], kseq[idx + 3]
+                            v0, v1, v2, v3 = va[m, k0], va[m, k1], va[m, k2], va[m, k3]
+                            if v0 != 0.0 or v1 != 0.0 or v2 != 0.0 or v3 != 0.0:
+                                q0, q1 = vb_t[k0, n0:n0 + nn], vb_t[k1, n0:n0 + nn]
+                                q2, q3 = vb_t[k2, n0:n0 + nn], vb_t[k3, n0:n0 + nn]
+                                for j in range(nn):
+                                    s = scale[j]
+                                    iacc[j] += ((np.int32((v0 * q0[j]) * s) + np.int32((v1 * q1[j]) * s))
+                                                + (np.int32((v2 * q2[j]) * s) + np.int32((v3 * q3[j]) * s)))
+                            idx += 4
+                        while idx < b1:
+                            k0 = kseq[idx]
+                            v0 = va[m, k0]
+                            if v0 != 0.0:
+                                q0 = vb_t[k0, n0:n0 + nn]
+                                for j in range(nn):
+                                    iacc[j] += np.int32((v0 * q0[j]) * scale[j])
+                            idx += 1
+                        for j in range(nn):
+                            acc[j] = cterm[j] + np.float64(iacc[j])
+                            acc_bits[j] = acc_bits[j] & keep_mask
+                            # onto fp32's subnormal grid 2**-149 (a no-op from 2**-126 up, where the
+                            # 24 kept bits lie above it): branch-free, so the loop vectorises
+                            r = np.trunc((acc[j] * unit[j]) * 2.0**149) * 2.0**-149
+                            c[i, j] = np.float32(r) + np.float32(0.0)
+                add_chain(partial, chain_part[ch], c)
+            combine_parts(partial, order, role, out, m0, n0, mm, nn)
+
+
+def _decode_wide(x: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+    """(float64 values, int16 exponents) of an fp16, bf16 or tf32 matrix (non-finite values as zeros)."""
+    d = decode_wide(x, wide_format_of(x))
+    return d.value.numpy(), d.exponent.numpy()
+
+
+def _decode_zoo_rows(x: torch.Tensor, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(fp32 values, int16 exponents, rows with an Inf, rows and columns outside the fp32 kernel's
+    exponent range) of a zoo matrix."""
+    fmt = wide_format_of(x)
+    if fmt is WideFormat.FP16:
+        bits, shift = x.to(torch.float32).view(torch.int32).numpy(), 0
+    elif fmt is WideFormat.BF16:
+        bits, shift = x.view(torch.int16).numpy(), 16
+    else:
+        bits, shift = x.view(torch.int32).numpy(), 0
+    if fmt is WideFormat.BF16:
+        bits = bits.astype(np.int32) & 0xFFFF
+    values = buffer(name + ".zoo.values", x.shape, np.float32)
+    exponents = buffer(name + ".zoo.exponents", x.shape, np.int16)
+    inf_rows = np.zeros(x.shape[0], dtype=np.bool_)
+    wide_rows = np.zeros(x.shape[0], dtype=np.bool_)
+    wide_cols = np.zeros(x.shape[1], dtype=np.bool_)
+    if x.numel():
+        _decode_zoo(bits, shift, fmt is WideFormat.FP16, values, exponents, inf_rows, wide_rows, wide_cols)
+    return values, exponents, inf_rows, wide_rows, wide_cols
+
+
+def expresses_wide(preset: Preset) -> bool:
+    """Whether the zoo kernels compute ``preset`` for fp16, bf16 and tf32 operands (fp32 accumulator).
+
+    They align ``c`` with the products, truncate, and normalise to fp32 by truncation; the terms
+    (below ``2**(F + 2)``, B + 1 of them) add exactly in float64 for F <= 45 with F >= 23 (a
+    normalisation to fp32's 24 bits).
+    """
+    return (preset.c_mode is CMode.ALIGNED and preset.rounding is Rounding.TRUNCATE
+            and preset.frac_bits >= 23 and preset.frac_bits + 2 + (preset.block_size + 1).bit_length() <= 53)
+
+
+def _fp32_kernel_expresses(preset: Preset) -> bool:
+    """The fp32 zoo kernel's bounds: 2**(F - E) an fp32 for E >= -100, and B int32 terms below 2**31."""
+    return preset.frac_bits <= 26 and preset.block_size * 2 ** (preset.frac_bits + 2) <= 2**31
+
+
+def accumulate_wide(a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: AccumulationPlan) -> Accumulated:
+    """:func:`mmaemu.backends.cpu.accumulate` for fp16, bf16 and tf32 operands (the zoo).
+
+    The fp32 kernel (:func:`_kernel_zoo`) runs the call; rows of ``a`` or ``b`` with an operand
+    exponent outside [-50, 60] (bf16 and tf32 only: very large, tiny or subnormal values) are then
+    recomputed by the float64 kernel (:func:`_kernel_wide`); rows with an Inf are the dispatcher's.
+    """
+    if not _fp32_kernel_expresses(preset):
+        return Accumulated(_accumulate_float64(a, b, preset, plan), bool(torch.isinf(a).any() or torch.isinf(b).any()))
+    m, n = a.shape[0], b.shape[0]
+    out = np.zeros((m, n), dtype=np.float32)
+    with launch_guard():
+        va, ea, _, a_wide, _ = _decode_zoo_rows(a.detach().contiguous(), "a")
+        vb_t, eb_t, _, _, b_wide = _decode_zoo_rows(b.detach().t().contiguous(), "b")  # b's rows: columns here
+        if m and n and plan.k:
+            kseq, starts, parts, order, role = flatten(plan)
+            m_tile, n_tile = tiles(m, n, numba.get_num_threads())
+            _kernel_zoo(va, ea, vb_t, eb_t, kseq, starts, parts,
+                        len(plan.parts), order, role, preset.block_size, preset.frac_bits, m_tile, n_tile, out)
+    result = torch.from_numpy(out)
+    if m and n and plan.k:
+        rows = torch.from_numpy(np.nonzero(a_wide)[0])
+        cols = torch.from_numpy(np.nonzero(b_wide)[0])
+        if rows.numel():
+            result[rows] = _accumulate_float64(a[rows], b, preset, plan)
+        if cols.numel():
+            result[:, cols] = _accumulate_float64(a, b[cols], preset, plan)
+    return Accumulated(result, bool(torch.isinf(a).any() or torch.isinf(b).any()))
+
+
+def _accumulate_float64(a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: AccumulationPlan) -> torch.Tensor:
+    """The float64 zoo kernel (any operand exponent; Inf operands counted as zeros)."""
+    m, n = a.shape[0], b.shape[0]
+    out = np.zeros((m, n), dtype=np.float32)
+    va, ea = _decode_wide(a.detach().contiguous())
+    vb_t, eb_t = _decode_wide(b.detach().t().contiguous())
+    if m and n and plan.k:
+        kseq, starts, parts, order, role = flatten(plan)
+        m_tile, n_tile = tiles(m, n, numba.get_num_threads())
+        with launch_guard():
+            _kernel_wide(va, ea, vb_t, eb_t, kseq, starts, parts,
+                         len(plan.parts), order, role, preset.block_size, preset.frac_bits, m_tile, n_tile, out)
+    return torch.from_numpy(out)
