@@ -237,7 +237,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "    if not executor.expresses(preset, (a.dtype, b.dtype)):",
            "    if False:", "the dispatcher runs a backend's kernels on presets they do not express",
            ("tests/test_differential.py", "tests/test_triton_backend.py", "-k", "differential or delegated")),
-    Mutant("cpu-pairwise-pairs-one-by-one", "mmaemu/backends/cpu.py",
+    Mutant("cpu-pairwise-pairs-one-by-one", "mmaemu/backends/cpu_scratch.py",
            "np.asarray(flat.role, np.int64))", "np.zeros(len(flat.role), np.int64))",
            "cpu: pairwise pairs added to the total one part at a time", CPU, env=PORTABLE),
     Mutant("zoo-subnormal-exponent-not-floored", "mmaemu/formats.py",
