@@ -145,7 +145,7 @@ def apply_setup(setup: Any, monkeypatch: pytest.MonkeyPatch) -> Callable[[], Non
     if setup == "ftz":
         return ftz_on()
     if setup == "no-numba":
-        monkeypatch.setattr(cpu_backend, "available", lambda: (False, "numba is not importable: (test)"))
+        monkeypatch.setattr(cpu_backend, "available", lambda device=None: (False, "numba is not importable: (test)"))
         return None
     if setup is not None:
         setup(monkeypatch)
@@ -335,7 +335,7 @@ def test_explain_reports_what_scaled_mm_raises(name: str) -> None:
 
 
 def test_explain_reports_an_unavailable_cpu_backend(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cpu_backend, "available", lambda: (False, "numba is not importable: (test)"))
+    monkeypatch.setattr(cpu_backend, "available", lambda device=None: (False, "numba is not importable: (test)"))
     result, plan = call_both(base(backend="cpu"))
     assert isinstance(result, mmaemu.BackendUnavailableError) and "backend='auto'" in str(result)
     assert plan.validation == (type(result).__name__, str(result))
