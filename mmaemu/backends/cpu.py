@@ -26,10 +26,11 @@ fault every 4 KiB, more than the decoding itself. Calls from several threads are
 are per thread; kernel launches are serialised under numba's ``workqueue`` threading layer).
 
 The kernels share their pieces as inline numba functions: the FP8 code decoder, the combination
-of split parts and the addition of chain results (:mod:`mmaemu.backends.cpu_fp8`), the block
-maxima of the exponent sums (:func:`_block_max8`; the zoo's int16 one in
-:mod:`mmaemu.backends.cpu_zoo`, whose kernels the fp16, bf16 and tf32 operands go to). Tiles,
-scratch buffers and the launch guard are :mod:`mmaemu.backends.cpu_scratch`'s.
+of split parts and the addition of chain results (:mod:`mmaemu.backends.cpu_fp8`); the tile walk,
+the block maxima of the exponent sums and the truncated terms (:mod:`mmaemu.backends.cpu_steps`,
+shared with the zoo kernels of :mod:`mmaemu.backends.cpu_zoo`, which the fp16, bf16 and tf32
+operands go to). Tiles, scratch buffers and the launch guard are
+:mod:`mmaemu.backends.cpu_scratch`'s.
 
 Exactness: chain results and split parts are added in fp32 (IEEE round to nearest even; numba
 without fast-math, so no contraction). Inf codes (E5M2) are zeros in the kernel, and
@@ -46,6 +47,7 @@ from __future__ import annotations
 
 import math
 import sys
+from typing import Any
 
 import numpy as np
 import torch
@@ -121,32 +123,8 @@ _ZERO8 = -64
 _NO_PRODUCT_BELOW = -40
 
 if numba is not None:
-    from .cpu_fp8 import add_chain, combine_parts, decode_code
-
-    @njit(inline="always")
-    def _block_max8(  # pragma: no cover - compiled
-        emax: np.ndarray, ea: np.ndarray, eb_t: np.ndarray, kseq: np.ndarray, m: int, b0: int, b1: int,
-        n0: int, nn: int,
-    ) -> None:
-        """``emax[j]`` = the block's maximum of ``e(a[m, k]) + e(b[k, n0 + j])`` (int8), four k at a time."""
-        emax[:] = _ZERO8
-        idx = b0
-        while idx + 4 <= b1:
-            k0, k1, k2, k3 = kseq[idx], kseq[idx + 1], kseq[idx + 2], kseq[idx + 3]
-            e0, e1, e2, e3 = ea[m, k0], ea[m, k1], ea[m, k2], ea[m, k3]
-            r0, r1 = eb_t[k0, n0:n0 + nn], eb_t[k1, n0:n0 + nn]
-            r2, r3 = eb_t[k2, n0:n0 + nn], eb_t[k3, n0:n0 + nn]
-            for j in range(nn):
-                emax[j] = max(emax[j], max(max(np.int8(e0 + r0[j]), np.int8(e1 + r1[j])),
-                                           max(np.int8(e2 + r2[j]), np.int8(e3 + r3[j]))))
-            idx += 4
-        while idx < b1:
-            k0 = kseq[idx]
-            e0 = ea[m, k0]
-            r0 = eb_t[k0, n0:n0 + nn]
-            for j in range(nn):
-                emax[j] = max(emax[j], np.int8(e0 + r0[j]))
-            idx += 1
+    from .cpu_fp8 import decode_code
+    from .cpu_steps import add_terms, block_max, grid_exponent, tile_grid, tile_of, truncate, walk_tile
 
     @njit(parallel=True, cache=True)
     def _decode_rows(  # pragma: no cover - compiled
@@ -190,86 +168,47 @@ if numba is not None:
                 for n in range(n0, min(n0 + tile, n_rows)):
                     dst[k, n] = src[n, k]
 
+    @njit(inline="always")
+    def _block(state: Any, i: int, m: int, b0: int, b1: int) -> None:  # pragma: no cover - compiled
+        """One block of one row of :func:`_kernel`'s tile: ``c[i]`` becomes the block's result."""
+        c, c_bits, emax, w, w_bits, va, ea, vb_t, eb_t, kseq, n0, nn, frac, keep_mask = state
+        scale, unit, acc = w[0], w[1], w[2]
+        scale_bits, unit_bits, acc_bits = w_bits[0], w_bits[1], w_bits[2]
+        # E over the products: int8 sums e(a) + e(b), four k at a time (64 lanes a vector)
+        block_max(emax, _ZERO8, np.int8, ea, eb_t, kseq, m, b0, b1, n0, nn)
+        # E = max(c's exponent (c != 0), the products'); 2**(F - E) and 2**(E - F) as fp32 bit
+        # patterns (E clamped where nothing is nonzero)
+        for j in range(nn):
+            bits = c_bits[i, j]
+            e = np.int32(min(grid_exponent(np.int32(emax[j]), _NO_PRODUCT_BELOW, -100, bits & 0x7FFFFFFF,
+                                           ((bits >> 23) & 0xFF) - 127), 100))
+            scale_bits[j] = (frac - e + 127) << 23
+            unit_bits[j] = (e - frac + 127) << 23
+            acc[j] = np.trunc(c[i, j] * scale[j])  # exact
+        # the truncated terms: every term and sum is an exact integer
+        add_terms(acc, truncate, va, vb_t, kseq, scale, m, b0, b1, n0, nn)
+        for j in range(nn):
+            # truncate toward zero to F + 1 significant bits (a mask of the significand), scale
+            # back, and make an exact zero +0
+            acc_bits[j] = acc_bits[j] & keep_mask
+            c[i, j] = acc[j] * unit[j] + np.float32(0.0)
+
     @njit(parallel=True, cache=True)
     def _kernel(  # pragma: no cover - compiled
-        va: np.ndarray, ea: np.ndarray, vb_t: np.ndarray, eb_t: np.ndarray,
-        kseq: np.ndarray, chain_start: np.ndarray, chain_part: np.ndarray,
-        n_parts: int, order: np.ndarray, role: np.ndarray, block: int, frac: int,
-        m_tile: int, n_tile: int, out: np.ndarray,
+        va: np.ndarray, ea: np.ndarray, vb_t: np.ndarray, eb_t: np.ndarray, plan: Any, frac: int,
+        tile: tuple[int, int], out: np.ndarray,
     ) -> None:
-        m_rows = va.shape[0]
-        n_cols = vb_t.shape[1]
-        n_tiles = (n_cols + n_tile - 1) // n_tile
-        m_tiles = (m_rows + m_tile - 1) // m_tile
-        n_chains = chain_part.shape[0]
+        grid = tile_grid(va.shape[0], vb_t.shape[1], tile)
         keep_mask = np.int32(~((1 << (23 - frac)) - 1))  # F fraction bits of an fp32 significand
         # one task per (M tile, N tile): a block of B is loaded once from memory and reused by
         # every row of the M tile while it sits in cache
-        for t in prange(m_tiles * n_tiles):
-            m0 = (t // n_tiles) * m_tile
-            mm = min(m_tile, m_rows - m0)
-            n0 = (t % n_tiles) * n_tile
-            nn = min(n_tile, n_cols - n0)
-            partial = np.zeros((n_parts, mm, nn), dtype=np.float32)
+        for t in prange(grid[2] * grid[3]):
+            m0, mm, n0, nn = tile_of(t, grid)
             c = np.zeros((mm, nn), dtype=np.float32)
-            c_bits = c.view(np.int32)
-            emax = np.empty(nn, dtype=np.int8)
-            scale = np.empty(nn, dtype=np.float32)
-            scale_bits = scale.view(np.int32)
-            unit = np.empty(nn, dtype=np.float32)
-            unit_bits = unit.view(np.int32)
-            acc = np.empty(nn, dtype=np.float32)
-            acc_bits = acc.view(np.int32)
-            for ch in range(n_chains):
-                c[:, :] = 0.0
-                start, stop = chain_start[ch], chain_start[ch + 1]
-                for b0 in range(start, stop, block):
-                    b1 = min(b0 + block, stop)
-                    for i in range(mm):
-                        m = m0 + i
-                        # E over the products: int8 sums e(a) + e(b), four k at a time (64 lanes a vector)
-                        _block_max8(emax, ea, eb_t, kseq, m, b0, b1, n0, nn)
-                        # E = max(c's exponent (c != 0), the products'); 2**(F - E) and 2**(E - F) as
-                        # fp32 bit patterns (E clamped where nothing is nonzero)
-                        for j in range(nn):
-                            bits = c_bits[i, j]
-                            e = np.int32(emax[j])
-                            if e < _NO_PRODUCT_BELOW:
-                                e = np.int32(-100)
-                            if bits & 0x7FFFFFFF:
-                                e = max(e, np.int32(max(((bits >> 23) & 0xFF) - 127, -126)))
-                            e = min(e, np.int32(100))
-                            scale_bits[j] = (frac - e + 127) << 23
-                            unit_bits[j] = (e - frac + 127) << 23
-                            acc[j] = np.trunc(c[i, j] * scale[j])  # exact
-                        # the truncated terms, four k at a time: every term and sum is an exact integer
-                        idx = b0
-                        while idx + 4 <= b1:
-                            k0, k1, k2, k3 = kseq[idx], kseq[idx + 1], kseq[idx + 2], kseq[idx + 3]
-                            v0, v1, v2, v3 = va[m, k0], va[m, k1], va[m, k2], va[m, k3]
-                            if v0 != 0.0 or v1 != 0.0 or v2 != 0.0 or v3 != 0.0:
-                                q0, q1 = vb_t[k0, n0:n0 + nn], vb_t[k1, n0:n0 + nn]
-                                q2, q3 = vb_t[k2, n0:n0 + nn], vb_t[k3, n0:n0 + nn]
-                                for j in range(nn):
-                                    s = scale[j]
-                                    acc[j] += ((np.trunc((v0 * q0[j]) * s) + np.trunc((v1 * q1[j]) * s))
-                                               + (np.trunc((v2 * q2[j]) * s) + np.trunc((v3 * q3[j]) * s)))
-                            idx += 4
-                        while idx < b1:
-                            k0 = kseq[idx]
-                            v0 = va[m, k0]
-                            if v0 != 0.0:
-                                q0 = vb_t[k0, n0:n0 + nn]
-                                for j in range(nn):
-                                    acc[j] += np.trunc((v0 * q0[j]) * scale[j])
-                            idx += 1
-                        for j in range(nn):
-                            # truncate toward zero to F + 1 significant bits (a mask of the significand),
-                            # scale back, and make an exact zero +0
-                            acc_bits[j] = acc_bits[j] & keep_mask
-                            c[i, j] = acc[j] * unit[j] + np.float32(0.0)
-                add_chain(partial, chain_part[ch], c)  # fp32: chain results in K order from +0
-            combine_parts(partial, order, role, out, m0, n0, mm, nn)
+            w = np.empty((3, nn), dtype=np.float32)  # 2**(F - E), 2**(E - F), the block's sum
+            state = (c, c.view(np.int32), np.empty(nn, dtype=np.int8), w, w.view(np.int32),
+                     va, ea, vb_t, eb_t, plan[0], n0, nn, frac, keep_mask)
+            walk_tile(_block, state, c, plan, out, m0, n0, mm, nn)
 
 
 
@@ -311,10 +250,8 @@ def accumulate(a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: Accumulat
         _transpose_codes(b.detach().view(torch.uint8).contiguous().numpy(), codes_b)
         vb_t, eb_t, b_inf = _decode(codes_b, fp8_format_of(b.dtype), "b")
         if m and n and plan.k:
-            kseq, starts, parts, order, role = flatten(plan)
-            m_tile, n_tile = tiles(m, n, numba.get_num_threads())
-            _kernel(va, ea, vb_t, eb_t, kseq, starts, parts,
-                    len(plan.parts), order, role, preset.block_size, preset.frac_bits, m_tile, n_tile, out)
+            _kernel(va, ea, vb_t, eb_t, flatten(plan, preset.block_size), preset.frac_bits,
+                    tiles(m, n, numba.get_num_threads()), out)
     return Accumulated(torch.from_numpy(out), bool(a_inf.any() or b_inf.any()))
 
 

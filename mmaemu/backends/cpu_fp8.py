@@ -123,6 +123,8 @@ except Exception:  # noqa: BLE001
 
 
 if _HAVE_NUMBA:  # pragma: no cover - compiled
+    from .cpu_steps import combine_parts
+
     v: Any = cpu_simd  # the vector intrinsics (typed Any: numba, not mypy, checks their calls)
 
     @njit(inline="always")
@@ -330,39 +332,6 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled
         q2 = v.fma_rz(a, v.load(bpn, other + 32), q2)
         q3 = v.fma_rz(a, v.load(bpn, other + 48), q3)
         return p0, p1, p2, p3, q0, q1, q2, q3
-
-    @njit(inline="always")
-    def add_chain(partial: np.ndarray, p: int, c: np.ndarray) -> None:  # pragma: no cover - compiled
-        """``partial[p] += c`` in fp32 (a chain's result joins its part; ``c`` may hold fp32 values in float64)."""
-        for i in range(c.shape[0]):
-            for j in range(c.shape[1]):
-                partial[p, i, j] = partial[p, i, j] + np.float32(c[i, j])
-
-    @njit(inline="always")
-    def combine_parts(partial: np.ndarray, order: np.ndarray, role: np.ndarray, out: np.ndarray,
-                      m0: int, n0: int, mm: int, nn: int, transposed: bool = False) -> None:
-        """``out[m0:m0+mm, n0:n0+nn]`` from the part results in the scheme's steps (fp32 additions).
-
-        ``accumulation.flat_combination``: role 0 joins the total, 1 is held, 2 is added to the held
-        part and the pair sum joins the total. ``transposed``: written to ``out[n0 + j, m0 + i]``.
-        """
-        n_parts = partial.shape[0]
-        for i in range(mm):
-            for j in range(nn):
-                total = partial[order[0], i, j]
-                held = np.float32(0.0)
-                for q in range(1, n_parts):
-                    value = partial[order[q], i, j]
-                    if role[q] == 1:
-                        held = value
-                    elif role[q] == 2:
-                        total = total + (held + value)
-                    else:
-                        total = total + value
-                if transposed:
-                    out[n0 + j, m0 + i] = total
-                else:
-                    out[m0 + i, n0 + j] = total
 
     @njit(parallel=True, cache=True)
     def kernel(va: np.ndarray, sel: np.ndarray, ea: np.ndarray, bpn: np.ndarray, ebp: np.ndarray,

@@ -73,10 +73,12 @@ def release_scratch() -> None:
     _scratch.__dict__.pop("pool", None)
 
 
-def flatten(plan: AccumulationPlan) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def flatten(plan: AccumulationPlan, block: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, np.ndarray, np.ndarray, int]:
+    """The tiled kernels' plan argument: (k in order, chain starts, each chain's part, parts,
+    the parts' combination order and roles (:func:`mmaemu.accumulation.flatten_plan`), block size)."""
     flat = flatten_plan(plan)
     return (flat.k_order.numpy(), np.asarray(flat.chain_starts, np.int64), np.asarray(flat.chain_part, np.int64),
-            np.asarray(flat.order, np.int64), np.asarray(flat.role, np.int64))
+            len(plan.parts), np.asarray(flat.order, np.int64), np.asarray(flat.role, np.int64), block)
 
 
 def aligned_buffer(name: str, shape: tuple[int, ...], dtype: type[np.generic]) -> np.ndarray:

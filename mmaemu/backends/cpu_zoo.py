@@ -7,11 +7,14 @@ or ``b`` outside that range (bf16 and tf32 only: very large, tiny or subnormal v
 recomputed by the float64 kernel (:func:`_kernel_wide`), which takes any exponent. Inf operands
 count as zeros (:attr:`mmaemu.backends.protocol.Accumulated.inf_zeroed` says whether one was met;
 the dispatcher recomputes their outputs); NaN operands count as zeros and the dispatcher applies
-the NaN rule. The block maxima, the combination of split parts and the addition of chain results
-are the inline helpers the FP8 kernels use too (:mod:`mmaemu.backends.cpu_fp8`).
+the NaN rule. The tile walk, the block maxima and the term loop (:mod:`mmaemu.backends.cpu_steps`),
+the combination of split parts and the addition of chain results (:mod:`mmaemu.backends.cpu_fp8`)
+are the inline helpers the FP8 kernels use too.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import torch
@@ -40,49 +43,41 @@ except Exception:  # noqa: BLE001
 _ZERO16 = -4096
 #: A zoo block maximum below this means the block has no nonzero product (real sums are >= -252).
 _NO_WIDE_PRODUCT_BELOW = -1000
-
+#: The float64 bits kept when a block's sum is truncated to fp32's 24 significant bits.
+_KEEP_24 = np.int64(~((1 << 29) - 1))
 
 
 if numba is not None:
-    from .cpu_fp8 import add_chain, combine_parts
+    from .cpu_steps import add_terms, block_max, grid_exponent, tile_grid, tile_of, truncate, walk_tile
 
     @njit(inline="always")
-    def _block_max16(  # pragma: no cover - compiled
-        emax: np.ndarray, ea: np.ndarray, eb_t: np.ndarray, kseq: np.ndarray, m: int, b0: int, b1: int,
-        n0: int, nn: int,
-    ) -> None:
-        """The block's maximum of ``e(a[m, k]) + e(b[k, n0 + j])`` (int16 exponents), four k at a time
-        (:func:`mmaemu.backends.cpu._block_max8`'s loop on int8 ones)."""
-        emax[:] = _ZERO16
-        idx = b0
-        while idx + 4 <= b1:
-            k0, k1, k2, k3 = kseq[idx], kseq[idx + 1], kseq[idx + 2], kseq[idx + 3]
-            e0, e1, e2, e3 = ea[m, k0], ea[m, k1], ea[m, k2], ea[m, k3]
-            r0, r1 = eb_t[k0, n0:n0 + nn], eb_t[k1, n0:n0 + nn]
-            r2, r3 = eb_t[k2, n0:n0 + nn], eb_t[k3, n0:n0 + nn]
-            for j in range(nn):
-                emax[j] = max(emax[j], max(max(np.int16(e0 + r0[j]), np.int16(e1 + r1[j])),
-                                           max(np.int16(e2 + r2[j]), np.int16(e3 + r3[j]))))
-            idx += 4
-        while idx < b1:
-            k0 = kseq[idx]
-            e0 = ea[m, k0]
-            r0 = eb_t[k0, n0:n0 + nn]
-            for j in range(nn):
-                emax[j] = max(emax[j], np.int16(e0 + r0[j]))
-            idx += 1
-
-
-if numba is not None:
+    def _wide_block(state: Any, i: int, m: int, b0: int, b1: int) -> None:  # pragma: no cover - compiled
+        """One block of one row of :func:`_kernel_wide`'s tile: ``c[i]`` becomes the block's result."""
+        c, c_bits, emax, w, w_bits, va, ea, vb_t, eb_t, kseq, n0, nn, frac = state
+        scale, unit, acc = w[0], w[1], w[2]
+        scale_bits, unit_bits, acc_bits = w_bits[0], w_bits[1], w_bits[2]
+        block_max(emax, _ZERO16, np.int16, ea, eb_t, kseq, m, b0, b1, n0, nn)
+        for j in range(nn):
+            bits = c_bits[i, j]
+            e = np.int64(grid_exponent(np.int64(emax[j]), _NO_WIDE_PRODUCT_BELOW, -300,
+                                       bits & np.int64(0x7FFFFFFFFFFFFFFF), ((bits >> 52) & 0x7FF) - 1023))
+            scale_bits[j] = (frac - e + 1023) << 52
+            unit_bits[j] = (e - frac + 1023) << 52
+            acc[j] = np.trunc(c[i, j] * scale[j])  # exact
+        add_terms(acc, truncate, va, vb_t, kseq, scale, m, b0, b1, n0, nn)
+        for j in range(nn):
+            acc_bits[j] = acc_bits[j] & _KEEP_24  # toward zero, 24 significant bits
+            r = acc[j] * unit[j]
+            if abs(r) < 2.0**-126:
+                r = np.trunc(r * 2.0**149) * 2.0**-149  # fp32's subnormal grid
+            c[i, j] = np.float64(np.float32(r)) + 0.0  # exact below 2**128; +0 for zero
 
     @njit(parallel=True, cache=True)
     def _kernel_wide(  # pragma: no cover - compiled
-        va: np.ndarray, ea: np.ndarray, vb_t: np.ndarray, eb_t: np.ndarray,
-        kseq: np.ndarray, chain_start: np.ndarray, chain_part: np.ndarray,
-        n_parts: int, order: np.ndarray, role: np.ndarray, block: int, frac: int,
-        m_tile: int, n_tile: int, out: np.ndarray,
+        va: np.ndarray, ea: np.ndarray, vb_t: np.ndarray, eb_t: np.ndarray, plan: Any, frac: int,
+        tile: tuple[int, int], out: np.ndarray,
     ) -> None:
-        """The zoo formats (fp16, bf16, tf32): :func:`_kernel`'s loops in float64 with int16 exponents.
+        """The zoo formats (fp16, bf16, tf32): the portable FP8 kernel's steps in float64 with int16 exponents.
 
         Products are exact in float64 (at most 22 bits); scaling by ``2**(F - E)`` is exact (E - F is
         in [-300, 300]); the truncated terms are integers below ``2**(F + 2)`` and B + 1 of them add
@@ -90,74 +85,14 @@ if numba is not None:
         float64 significand; results below 2**-126 are truncated on fp32's grid 2**-149, and a
         result of 2**128 or more becomes +-Inf in the conversion to fp32.
         """
-        m_rows = va.shape[0]
-        n_cols = vb_t.shape[1]
-        n_tiles = (n_cols + n_tile - 1) // n_tile
-        m_tiles = (m_rows + m_tile - 1) // m_tile
-        n_chains = chain_part.shape[0]
-        keep_mask = np.int64(~((1 << 29) - 1))  # 24 significant bits of a float64
-        for t in prange(m_tiles * n_tiles):
-            m0 = (t // n_tiles) * m_tile
-            mm = min(m_tile, m_rows - m0)
-            n0 = (t % n_tiles) * n_tile
-            nn = min(n_tile, n_cols - n0)
-            partial = np.zeros((n_parts, mm, nn), dtype=np.float32)
+        grid = tile_grid(va.shape[0], vb_t.shape[1], tile)
+        for t in prange(grid[2] * grid[3]):
+            m0, mm, n0, nn = tile_of(t, grid)
             c = np.zeros((mm, nn), dtype=np.float64)  # fp32 values, held in float64
-            c_bits = c.view(np.int64)
-            emax = np.empty(nn, dtype=np.int16)
-            scale = np.empty(nn, dtype=np.float64)
-            scale_bits = scale.view(np.int64)
-            unit = np.empty(nn, dtype=np.float64)
-            unit_bits = unit.view(np.int64)
-            acc = np.empty(nn, dtype=np.float64)
-            acc_bits = acc.view(np.int64)
-            for ch in range(n_chains):
-                c[:, :] = 0.0
-                start, stop = chain_start[ch], chain_start[ch + 1]
-                for b0 in range(start, stop, block):
-                    b1 = min(b0 + block, stop)
-                    for i in range(mm):
-                        m = m0 + i
-                        _block_max16(emax, ea, eb_t, kseq, m, b0, b1, n0, nn)
-                        for j in range(nn):
-                            bits = c_bits[i, j]
-                            e = np.int64(emax[j])
-                            if e < _NO_WIDE_PRODUCT_BELOW:
-                                e = np.int64(-300)
-                            if bits & np.int64(0x7FFFFFFFFFFFFFFF):
-                                # c's exponent, floored at -126 (c holds an fp32 value)
-                                e = max(e, max(((bits >> 52) & 0x7FF) - 1023, np.int64(-126)))
-                            scale_bits[j] = (frac - e + 1023) << 52
-                            unit_bits[j] = (e - frac + 1023) << 52
-                            acc[j] = np.trunc(c[i, j] * scale[j])  # exact
-                        idx = b0
-                        while idx + 4 <= b1:
-                            k0, k1, k2, k3 = kseq[idx], kseq[idx + 1], kseq[idx + 2], kseq[idx + 3]
-                            v0, v1, v2, v3 = va[m, k0], va[m, k1], va[m, k2], va[m, k3]
-                            if v0 != 0.0 or v1 != 0.0 or v2 != 0.0 or v3 != 0.0:
-                                q0, q1 = vb_t[k0, n0:n0 + nn], vb_t[k1, n0:n0 + nn]
-                                q2, q3 = vb_t[k2, n0:n0 + nn], vb_t[k3, n0:n0 + nn]
-                                for j in range(nn):
-                                    sc = scale[j]
-                                    acc[j] += ((np.trunc((v0 * q0[j]) * sc) + np.trunc((v1 * q1[j]) * sc))
-                                               + (np.trunc((v2 * q2[j]) * sc) + np.trunc((v3 * q3[j]) * sc)))
-                            idx += 4
-                        while idx < b1:
-                            k0 = kseq[idx]
-                            v0 = va[m, k0]
-                            if v0 != 0.0:
-                                q0 = vb_t[k0, n0:n0 + nn]
-                                for j in range(nn):
-                                    acc[j] += np.trunc((v0 * q0[j]) * scale[j])
-                            idx += 1
-                        for j in range(nn):
-                            acc_bits[j] = acc_bits[j] & keep_mask  # toward zero, 24 significant bits
-                            r = acc[j] * unit[j]
-                            if abs(r) < 2.0**-126:
-                                r = np.trunc(r * 2.0**149) * 2.0**-149  # fp32's subnormal grid
-                            c[i, j] = np.float64(np.float32(r)) + 0.0  # exact below 2**128; +0 for zero
-                add_chain(partial, chain_part[ch], c)
-            combine_parts(partial, order, role, out, m0, n0, mm, nn)
+            w = np.empty((3, nn), dtype=np.float64)  # 2**(F - E), 2**(E - F), the block's sum
+            state = (c, c.view(np.int64), np.empty(nn, dtype=np.int16), w, w.view(np.int64),
+                     va, ea, vb_t, eb_t, plan[0], n0, nn, frac)
+            walk_tile(_wide_block, state, c, plan, out, m0, n0, mm, nn)
 
 
 #: The fp32 zoo kernel's operand exponent range: with e(a), e(b) in [-50, 60] every product is exact
@@ -204,12 +139,37 @@ if numba is not None:
             if n_wide:
                 wide_rows[r] = True
 
+    @njit(inline="always")
+    def _zoo_block(state: Any, i: int, m: int, b0: int, b1: int) -> None:  # pragma: no cover - compiled
+        """One block of one row of :func:`_kernel_zoo`'s tile: ``c[i]`` becomes the block's result."""
+        c, c_bits, emax, w, w_bits, scale, scale_bits, iacc, va, ea, vb_t, eb_t, kseq, n0, nn, frac = state
+        unit, scale64, cterm, acc = w[0], w[1], w[2], w[3]
+        unit_bits, scale64_bits, acc_bits = w_bits[0], w_bits[1], w_bits[3]
+        block_max(emax, _ZERO16, np.int16, ea, eb_t, kseq, m, b0, b1, n0, nn)
+        for j in range(nn):
+            bits = c_bits[i, j]
+            e = np.int32(grid_exponent(np.int32(emax[j]), _NO_WIDE_PRODUCT_BELOW, -300, bits & 0x7FFFFFFF,
+                                       ((bits >> 23) & 0xFF) - 127))
+            # 2**(F - E) for the products (no product when E - F < -126: any value); c's term in
+            # float64, exact
+            scale_bits[j] = (min(max(frac - e, -126), 127) + 127) << 23
+            unit_bits[j] = np.int64(e - frac + 1023) << 52
+            scale64_bits[j] = np.int64(frac - e + 1023) << 52
+            cterm[j] = np.trunc(np.float64(c[i, j]) * scale64[j])  # exact
+            iacc[j] = 0
+        add_terms(iacc, np.int32, va, vb_t, kseq, scale, m, b0, b1, n0, nn)  # exact in int32
+        for j in range(nn):
+            acc[j] = cterm[j] + np.float64(iacc[j])
+            acc_bits[j] = acc_bits[j] & _KEEP_24
+            # onto fp32's subnormal grid 2**-149 (a no-op from 2**-126 up, where the 24 kept bits
+            # lie above it): branch-free, so the loop vectorises
+            r = np.trunc((acc[j] * unit[j]) * 2.0**149) * 2.0**-149
+            c[i, j] = np.float32(r) + np.float32(0.0)
+
     @njit(parallel=True, cache=True)
     def _kernel_zoo(  # pragma: no cover - compiled
-        va: np.ndarray, ea: np.ndarray, vb_t: np.ndarray, eb_t: np.ndarray,
-        kseq: np.ndarray, chain_start: np.ndarray, chain_part: np.ndarray,
-        n_parts: int, order: np.ndarray, role: np.ndarray, block: int, frac: int,
-        m_tile: int, n_tile: int, out: np.ndarray,
+        va: np.ndarray, ea: np.ndarray, vb_t: np.ndarray, eb_t: np.ndarray, plan: Any, frac: int,
+        tile: tuple[int, int], out: np.ndarray,
     ) -> None:
         """The zoo formats with every operand exponent in [_FAST_EMIN, _FAST_EMAX]: fp32 products, int32 terms.
 
@@ -218,82 +178,15 @@ if numba is not None:
         add exactly in int32, and c's term (float64) joins them in float64; normalising to fp32's 24
         significant bits is a mask of the float64 significand, as in :func:`_kernel_wide`.
         """
-        m_rows = va.shape[0]
-        n_cols = vb_t.shape[1]
-        n_tiles = (n_cols + n_tile - 1) // n_tile
-        m_tiles = (m_rows + m_tile - 1) // m_tile
-        n_chains = chain_part.shape[0]
-        keep_mask = np.int64(~((1 << 29) - 1))
-        for t in prange(m_tiles * n_tiles):
-            m0 = (t // n_tiles) * m_tile
-            mm = min(m_tile, m_rows - m0)
-            n0 = (t % n_tiles) * n_tile
-            nn = min(n_tile, n_cols - n0)
-            partial = np.zeros((n_parts, mm, nn), dtype=np.float32)
+        grid = tile_grid(va.shape[0], vb_t.shape[1], tile)
+        for t in prange(grid[2] * grid[3]):
+            m0, mm, n0, nn = tile_of(t, grid)
             c = np.zeros((mm, nn), dtype=np.float32)
-            c_bits = c.view(np.int32)
-            emax = np.empty(nn, dtype=np.int16)
-            scale = np.empty(nn, dtype=np.float32)
-            scale_bits = scale.view(np.int32)
-            unit = np.empty(nn, dtype=np.float64)
-            unit_bits = unit.view(np.int64)
-            scale64 = np.empty(nn, dtype=np.float64)
-            scale64_bits = scale64.view(np.int64)
-            cterm = np.empty(nn, dtype=np.float64)
-            iacc = np.empty(nn, dtype=np.int32)
-            acc = np.empty(nn, dtype=np.float64)
-            acc_bits = acc.view(np.int64)
-            for ch in range(n_chains):
-                c[:, :] = 0.0
-                start, stop = chain_start[ch], chain_start[ch + 1]
-                for b0 in range(start, stop, block):
-                    b1 = min(b0 + block, stop)
-                    for i in range(mm):
-                        m = m0 + i
-                        _block_max16(emax, ea, eb_t, kseq, m, b0, b1, n0, nn)
-                        for j in range(nn):
-                            bits = c_bits[i, j]
-                            e = np.int32(emax[j])
-                            if e < _NO_WIDE_PRODUCT_BELOW:
-                                e = np.int32(-300)
-                            if bits & 0x7FFFFFFF:  # c's exponent, floored at -126
-                                e = max(np.int32(max(((bits >> 23) & 0xFF) - 127, -126)), e)
-                            # 2**(F - E) for the products (no product when E - F < -126: any value);
-                            # c's term in float64, exact
-                            scale_bits[j] = (min(max(frac - e, -126), 127) + 127) << 23
-                            unit_bits[j] = np.int64(e - frac + 1023) << 52
-                            scale64_bits[j] = np.int64(frac - e + 1023) << 52
-                            cterm[j] = np.trunc(np.float64(c[i, j]) * scale64[j])  # exact
-                            iacc[j] = 0
-                        idx = b0
-                        while idx + 4 <= b1:
-                            k0, k1, k2, k3 = kseq[idx], kseq[idx + 1], kseq[idx + 2], kseq[idx + 3]
-                            v0, v1, v2, v3 = va[m, k0], va[m, k1], va[m, k2], va[m, k3]
-                            if v0 != 0.0 or v1 != 0.0 or v2 != 0.0 or v3 != 0.0:
-                                q0, q1 = vb_t[k0, n0:n0 + nn], vb_t[k1, n0:n0 + nn]
-                                q2, q3 = vb_t[k2, n0:n0 + nn], vb_t[k3, n0:n0 + nn]
-                                for j in range(nn):
-                                    s = scale[j]
-                                    iacc[j] += ((np.int32((v0 * q0[j]) * s) + np.int32((v1 * q1[j]) * s))
-                                                + (np.int32((v2 * q2[j]) * s) + np.int32((v3 * q3[j]) * s)))
-                            idx += 4
-                        while idx < b1:
-                            k0 = kseq[idx]
-                            v0 = va[m, k0]
-                            if v0 != 0.0:
-                                q0 = vb_t[k0, n0:n0 + nn]
-                                for j in range(nn):
-                                    iacc[j] += np.int32((v0 * q0[j]) * scale[j])
-                            idx += 1
-                        for j in range(nn):
-                            acc[j] = cterm[j] + np.float64(iacc[j])
-                            acc_bits[j] = acc_bits[j] & keep_mask
-                            # onto fp32's subnormal grid 2**-149 (a no-op from 2**-126 up, where the
-                            # 24 kept bits lie above it): branch-free, so the loop vectorises
-                            r = np.trunc((acc[j] * unit[j]) * 2.0**149) * 2.0**-149
-                            c[i, j] = np.float32(r) + np.float32(0.0)
-                add_chain(partial, chain_part[ch], c)
-            combine_parts(partial, order, role, out, m0, n0, mm, nn)
+            w = np.empty((4, nn), dtype=np.float64)  # 2**(E - F), 2**(F - E), c's term, the block's sum
+            scale = np.empty(nn, dtype=np.float32)  # 2**(F - E) for the products
+            state = (c, c.view(np.int32), np.empty(nn, dtype=np.int16), w, w.view(np.int64), scale,
+                     scale.view(np.int32), np.empty(nn, dtype=np.int32), va, ea, vb_t, eb_t, plan[0], n0, nn, frac)
+            walk_tile(_zoo_block, state, c, plan, out, m0, n0, mm, nn)
 
 
 def _decode_wide(x: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
@@ -355,10 +248,8 @@ def accumulate_wide(a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: Accu
         va, ea, _, a_wide, _ = _decode_zoo_rows(a.detach().contiguous(), "a")
         vb_t, eb_t, _, _, b_wide = _decode_zoo_rows(b.detach().t().contiguous(), "b")  # b's rows: columns here
         if m and n and plan.k:
-            kseq, starts, parts, order, role = flatten(plan)
-            m_tile, n_tile = tiles(m, n, numba.get_num_threads())
-            _kernel_zoo(va, ea, vb_t, eb_t, kseq, starts, parts,
-                        len(plan.parts), order, role, preset.block_size, preset.frac_bits, m_tile, n_tile, out)
+            _kernel_zoo(va, ea, vb_t, eb_t, flatten(plan, preset.block_size), preset.frac_bits,
+                        tiles(m, n, numba.get_num_threads()), out)
     result = torch.from_numpy(out)
     if m and n and plan.k:
         rows = torch.from_numpy(np.nonzero(a_wide)[0])
@@ -377,9 +268,7 @@ def _accumulate_float64(a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: 
     va, ea = _decode_wide(a.detach().contiguous())
     vb_t, eb_t = _decode_wide(b.detach().t().contiguous())
     if m and n and plan.k:
-        kseq, starts, parts, order, role = flatten(plan)
-        m_tile, n_tile = tiles(m, n, numba.get_num_threads())
         with launch_guard():
-            _kernel_wide(va, ea, vb_t, eb_t, kseq, starts, parts,
-                         len(plan.parts), order, role, preset.block_size, preset.frac_bits, m_tile, n_tile, out)
+            _kernel_wide(va, ea, vb_t, eb_t, flatten(plan, preset.block_size), preset.frac_bits,
+                         tiles(m, n, numba.get_num_threads()), out)
     return torch.from_numpy(out)
