@@ -234,9 +234,10 @@ def accumulate(a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: Accumulat
         raise BackendUnavailableError(f"backend 'cpu' is unavailable: {_NUMBA_ERROR}")
     if a.device.type != "cpu" or b.device.type != "cpu":
         raise BackendUnavailableError("backend 'cpu' runs on CPU tensors only")
-    numba_cache.announce_first_compile(__file__, "the cpu backend's kernels")
     if a.dtype not in FP8_DTYPES:
+        numba_cache.announce_first_compile(cpu_zoo.__file__, "the cpu backend's kernels for the zoo formats")
         return cpu_zoo.accumulate_wide(a, b, preset, plan)
+    numba_cache.announce_first_compile(__file__, "the cpu backend's kernels")
     m, n = a.shape[0], b.shape[0]
     if _use_avx512(preset):
         result = _accumulate_avx512(a, b, preset, plan)

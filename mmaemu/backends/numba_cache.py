@@ -94,15 +94,16 @@ def _compiled_dir(py_file: str) -> Path:
 def announce_first_compile(py_file: str, what: str) -> None:
     """Say on stderr, once per process, that numba is about to compile ``what`` (no cached code yet).
 
-    Nothing is printed when numba's cache already holds an index for this directory (the kernels then
-    load in well under a second) or after the first announcement of the process.
+    Nothing is printed when numba's cache already holds an index of a function of ``py_file`` (its
+    kernels then load in well under a second; an index of another module's kernels in the same
+    folder does not count) or after the first announcement of the process.
     """
     if _announced.is_set():
         return
     _announced.set()
     folder = _compiled_dir(py_file)
     try:
-        cached = folder.is_dir() and any(folder.glob("*.nbi"))
+        cached = folder.is_dir() and any(folder.glob(f"{Path(py_file).stem}.*.nbi"))
     except OSError:
         cached = False
     if not cached:
