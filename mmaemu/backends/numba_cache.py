@@ -67,6 +67,17 @@ def _locator_class() -> type | None:
         def get_cache_path(self) -> str:
             return self._cache_path
 
+        def get_source_stamp(self) -> Any:
+            """(latest mtime, total size) of every module in the function's folder, not of its file alone.
+
+            [Note: inlined helpers] numba stamps cached code with the defining file only, but the
+            kernels inline numba functions from sibling modules (``cpu_steps``, ``cpu_fp8``): an
+            edit of one of those would otherwise load the old machine code. Found by the mutation
+            sample of 2026-12-03, where a mutant of ``cpu_steps.block_max`` survived on stale code.
+            """
+            stats = [f.stat() for f in Path(self._py_file).parent.glob("*.py")]
+            return max(s.st_mtime for s in stats), sum(s.st_size for s in stats)
+
         @classmethod
         def from_function(cls, py_func: Any, py_file: str) -> Any:
             if os.environ.get("NUMBA_CACHE_DIR") or not _in_package(py_file):
