@@ -93,13 +93,20 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled code
     def _smax(builder: Any, a: Any, b: Any) -> Any:
         return builder.select(builder.icmp_signed(">", a, b), a, b)
 
-    @intrinsic
-    def load(typingctx: Any, arr: Any, off: Any) -> Any:
-        """16 fp32 lanes ``arr[off:off + 16]`` (``arr`` one-dimensional float32)."""
-        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-            p = _pointer(context, builder, sig.args[0], args[0], args[1], sig.args[1])
-            return builder.load(builder.bitcast(p, _VF.as_pointer()), align=4)
-        return F32X16(arr, off), codegen
+    def _vector_load(vector: Any, numba_type: Any, align: int) -> Any:
+        """An intrinsic ``(arr, off)`` loading the lanes of ``vector`` from ``arr[off:]`` (alignment ``align``)."""
+        @intrinsic
+        def vector_load(typingctx: Any, arr: Any, off: Any) -> Any:
+            def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+                p = _pointer(context, builder, sig.args[0], args[0], args[1], sig.args[1])
+                return builder.load(builder.bitcast(p, vector.as_pointer()), align=align)
+            return numba_type(arr, off), codegen
+        return vector_load
+
+    #: 16 fp32 lanes ``arr[off:off + 16]`` (``arr`` one-dimensional float32).
+    load = _vector_load(_VF, F32X16, 4)
+    #: 64 int8 lanes ``arr[off:off + 64]``.
+    load8 = _vector_load(_VB, I8X64, 1)
 
     @intrinsic
     def store(typingctx: Any, arr: Any, off: Any, v: Any) -> Any:
@@ -174,14 +181,6 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled code
             bits = builder.and_(builder.bitcast(args[0], _VI), _splat(builder, _VI, args[1]))
             return builder.bitcast(bits, _VF)
         return F32X16(F32X16, types.int32), codegen
-
-    @intrinsic
-    def load8(typingctx: Any, arr: Any, off: Any) -> Any:
-        """64 int8 lanes ``arr[off:off + 64]``."""
-        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-            p = _pointer(context, builder, sig.args[0], args[0], args[1], sig.args[1])
-            return builder.load(builder.bitcast(p, _VB.as_pointer()), align=1)
-        return I8X64(arr, off), codegen
 
     @intrinsic
     def splat8(typingctx: Any, x: Any) -> Any:

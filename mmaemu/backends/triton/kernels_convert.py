@@ -34,7 +34,47 @@ except ImportError:  # collected (e.g. by pytest --doctest-modules) without trit
     triton = None
 
 if triton is not None:
-    from .kernels_common import E_MAX, E_MIN, ZERO_EXP, combine, exponent_of
+    from .kernels_common import E_MAX, E_MIN, ZERO_EXP, exponent_of, output_tile, store_tile, sum_parts
+
+    @triton.jit
+    def _convert_chain(operands, k_start, k_stop, rm, rn, BLOCK: tl.constexpr, FRAC: tl.constexpr,
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, UNUSED: tl.constexpr):
+        """One chain of the first formulation over the permuted k range ``[k_start, k_stop)`` for the
+        output rows ``rm`` and columns ``rn``, from c = +0: its fp32 result. ``operands`` is
+        ``(va_ptr, ea_ptr, vb_ptr, eb_ptr, M, N)`` of :func:`chain_gemm_kernel`."""
+        va_ptr, ea_ptr, vb_ptr, eb_ptr, M, N = operands
+        mask_m = rm < M
+        mask_n = rn < N
+        zero_m = tl.zeros([BLOCK_M], dtype=tl.int32)  # k broadcast to a vector (a vector mask per load)
+        zero_n = tl.zeros([BLOCK_N], dtype=tl.int32)
+        # F fraction bits of an fp32 significand (toward zero, sign-magnitude)
+        keep = ~((1 << (23 - FRAC)) - 1)
+        c = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        for b0 in range(k_start, k_stop, BLOCK):
+            # E: the largest exponent of the nonzero products and of c (when c != 0)
+            e_max = exponent_of(c)
+            # a loop, not tl.static_range: unrolled, the hoisted loads spill registers
+            for kk in range(BLOCK):
+                k = b0 + kk
+                k64 = k.to(tl.int64)  # offsets in int64: K * M may exceed 2**31
+                ea = tl.load(ea_ptr + k64 * M + rm, mask=mask_m & (zero_m + k < k_stop), other=ZERO_EXP).to(tl.int32)
+                eb = tl.load(eb_ptr + k64 * N + rn, mask=mask_n & (zero_n + k < k_stop), other=ZERO_EXP).to(tl.int32)
+                e_max = tl.maximum(e_max, ea[:, None] + eb[None, :])
+            e_max = tl.minimum(tl.maximum(e_max, E_MIN), E_MAX)
+            scale = ((FRAC - e_max + 127) << 23).to(tl.float32, bitcast=True)  # 2**(F - E)
+            # every term on the grid 2**(E - F), truncated toward zero, summed exactly as int32
+            acc = (c * scale).to(tl.int32)
+            for kk in range(BLOCK):
+                k = b0 + kk
+                k64 = k.to(tl.int64)
+                va = tl.load(va_ptr + k64 * M + rm, mask=mask_m & (zero_m + k < k_stop), other=0.0)
+                vb = tl.load(vb_ptr + k64 * N + rn, mask=mask_n & (zero_n + k < k_stop), other=0.0)
+                acc += ((va[:, None] * vb[None, :]) * scale).to(tl.int32)
+            # normalise: truncate to F + 1 significant bits, back to the scale of E
+            kept = (acc.to(tl.float32).to(tl.int32, bitcast=True) & keep).to(tl.float32, bitcast=True)
+            unit = ((e_max - FRAC + 127) << 23).to(tl.float32, bitcast=True)  # 2**(E - F)
+            c = kept * unit
+        return c
 
     @triton.jit(do_not_specialize=["M", "n_parts", "tiles_n"])
     def chain_gemm_kernel(
@@ -51,59 +91,10 @@ if triton is not None:
         N,
         n_parts,
         tiles_n,  # output tiles along N: the one grid axis holds every tile, row-major
-        BLOCK: tl.constexpr,
-        FRAC: tl.constexpr,
-        BLOCK_M: tl.constexpr,
-        BLOCK_N: tl.constexpr,
+        BLOCK: tl.constexpr, FRAC: tl.constexpr,  # the preset's block of products and fraction bits
+        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,  # the output tile
     ):
-        pid = tl.program_id(0)
-        pid_m = pid // tiles_n
-        pid_n = pid % tiles_n
-        rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-        rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        mask_m = rm < M
-        mask_n = rn < N
-        zero_m = tl.zeros([BLOCK_M], dtype=tl.int32)  # k broadcast to a vector (a vector mask per load)
-        zero_n = tl.zeros([BLOCK_N], dtype=tl.int32)
-        # F fraction bits of an fp32 significand (toward zero, sign-magnitude)
-        keep = ~((1 << (23 - FRAC)) - 1)
-        total = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-        held = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-        for q in range(n_parts):
-            part = tl.load(order_ptr + q)
-            role = tl.load(role_ptr + q)
-            first_chain = tl.load(part_ptr + part)
-            last_chain = tl.load(part_ptr + part + 1)
-            part_total = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-            for ch in range(first_chain, last_chain):
-                k_start = tl.load(chain_ptr + ch)
-                k_stop = tl.load(chain_ptr + ch + 1)
-                c = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-                for b0 in range(k_start, k_stop, BLOCK):
-                    # E: the largest exponent of the nonzero products and of c (when c != 0)
-                    e_max = exponent_of(c)
-                    # a loop, not tl.static_range: unrolled, the hoisted loads spill registers
-                    for kk in range(BLOCK):
-                        k = b0 + kk
-                        k64 = k.to(tl.int64)  # offsets in int64: K * M may exceed 2**31
-                        ea = tl.load(ea_ptr + k64 * M + rm, mask=mask_m & (zero_m + k < k_stop), other=ZERO_EXP).to(tl.int32)
-                        eb = tl.load(eb_ptr + k64 * N + rn, mask=mask_n & (zero_n + k < k_stop), other=ZERO_EXP).to(tl.int32)
-                        e_max = tl.maximum(e_max, ea[:, None] + eb[None, :])
-                    e_max = tl.minimum(tl.maximum(e_max, E_MIN), E_MAX)
-                    scale = ((FRAC - e_max + 127) << 23).to(tl.float32, bitcast=True)  # 2**(F - E)
-                    # every term on the grid 2**(E - F), truncated toward zero, summed exactly as int32
-                    acc = (c * scale).to(tl.int32)
-                    for kk in range(BLOCK):
-                        k = b0 + kk
-                        k64 = k.to(tl.int64)
-                        va = tl.load(va_ptr + k64 * M + rm, mask=mask_m & (zero_m + k < k_stop), other=0.0)
-                        vb = tl.load(vb_ptr + k64 * N + rn, mask=mask_n & (zero_n + k < k_stop), other=0.0)
-                        acc += ((va[:, None] * vb[None, :]) * scale).to(tl.int32)
-                    # normalise: truncate to F + 1 significant bits, back to the scale of E
-                    kept = (acc.to(tl.float32).to(tl.int32, bitcast=True) & keep).to(tl.float32, bitcast=True)
-                    unit = ((e_max - FRAC + 127) << 23).to(tl.float32, bitcast=True)  # 2**(E - F)
-                    c = kept * unit
-                part_total = part_total + c  # fp32 RNE: chain results in K order, from +0
-            held, total = combine(q, role, part_total, held, total)
-        offs = rm.to(tl.int64)[:, None] * N + rn[None, :]
-        tl.store(out_ptr + offs, total, mask=mask_m[:, None] & mask_n[None, :])
+        rm, rn = output_tile(tiles_n, BLOCK_M, BLOCK_N)
+        total = sum_parts(_convert_chain, (va_ptr, ea_ptr, vb_ptr, eb_ptr, M, N), chain_ptr, part_ptr, order_ptr,
+                          role_ptr, n_parts, rm, rn, BLOCK, FRAC, BLOCK_M, BLOCK_N, False, False)
+        store_tile(out_ptr, total, rm, rn, M, N)

@@ -17,7 +17,7 @@ except ImportError:  # collected (e.g. by pytest --doctest-modules) without trit
     triton = None
 
 if triton is not None:
-    from .kernels_common import E_MAX, E_MIN, chain_tile, combine, exponent_of
+    from .kernels_common import E_MAX, E_MIN, chain_tile, exponent_of, output_tile, store_tile, sum_parts
 
     try:  # the device library's round-toward-zero fma (CUDA); the interpreter runs the twin instead
         from triton.language.extra import libdevice as _libdevice
@@ -37,11 +37,12 @@ if triton is not None:
             return d + tl.floor(x * y * inv_u) * u
 
     @triton.jit
-    def _rz_chain(ap_ptr, an_ptr, ea_ptr, bp_ptr, bn_ptr, eb_ptr, k_start, k_stop, rm, rn, MP, NP,
-                  BLOCK: tl.constexpr, FRAC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                  NATIVE_RZ: tl.constexpr):
+    def _rz_chain(operands, k_start, k_stop, rm, rn, BLOCK: tl.constexpr, FRAC: tl.constexpr,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NATIVE_RZ: tl.constexpr):
         """One chain of the second formulation over the padded k range ``[k_start, k_stop)`` for the
-        output rows ``rm`` and columns ``rn``, from c = +0: its fp32 result (see chain_gemm_rz_kernel)."""
+        output rows ``rm`` and columns ``rn``, from c = +0: its fp32 result (see chain_gemm_rz_kernel).
+        ``operands`` is ``(ap_ptr, an_ptr, ea_ptr, bp_ptr, bn_ptr, eb_ptr, MP, NP)``."""
+        ap_ptr, an_ptr, ea_ptr, bp_ptr, bn_ptr, eb_ptr, MP, NP = operands
         keep = ~((1 << (23 - FRAC)) - 1)
         one = tl.full([BLOCK_M, BLOCK_N], 1.0, dtype=tl.float32)
         c = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
@@ -99,10 +100,8 @@ if triton is not None:
         NP,  # N padded to BLOCK_N
         n_parts,
         tiles_n,
-        BLOCK: tl.constexpr,
-        FRAC: tl.constexpr,
-        BLOCK_M: tl.constexpr,
-        BLOCK_N: tl.constexpr,
+        BLOCK: tl.constexpr, FRAC: tl.constexpr,  # the preset's block of products and fraction bits
+        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,  # the output tile
         NATIVE_RZ: tl.constexpr,
         ONE_CHAIN: tl.constexpr,  # one part of one chain (fast accumulation, no split): no combination state
     ):
@@ -115,32 +114,10 @@ if triton is not None:
         ``(U - C) - 2 (N - C)``, exact in fp32. ``c`` enters both the same way (its magnitude into U,
         and into N when negative). Valid while (B + 1) 2**(F + 2) <= 2**22 (rz.rz_expresses).
         """
-        pid = tl.program_id(0)
-        pid_m = pid // tiles_n
-        pid_n = pid % tiles_n
-        rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-        rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        total = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-        held = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-        for q in range(n_parts):
-            part = tl.load(order_ptr + q)
-            role = tl.load(role_ptr + q)
-            first_chain = tl.load(part_ptr + part)
-            last_chain = tl.load(part_ptr + part + 1)
-            part_total = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-            for ch in range(first_chain, last_chain):
-                k_start = tl.load(chain_ptr + ch)
-                k_stop = tl.load(chain_ptr + ch + 1)
-                c = _rz_chain(ap_ptr, an_ptr, ea_ptr, bp_ptr, bn_ptr, eb_ptr, k_start, k_stop, rm, rn, MP, NP,
-                              BLOCK, FRAC, BLOCK_M, BLOCK_N, NATIVE_RZ)
-                if ONE_CHAIN:
-                    total = c
-                else:
-                    part_total = part_total + c  # fp32 RNE: chain results in K order, from +0
-            if not ONE_CHAIN:
-                held, total = combine(q, role, part_total, held, total)
-        offs = rm.to(tl.int64)[:, None] * N + rn[None, :]
-        tl.store(out_ptr + offs, total, mask=(rm < M)[:, None] & (rn < N)[None, :])
+        rm, rn = output_tile(tiles_n, BLOCK_M, BLOCK_N)
+        total = sum_parts(_rz_chain, (ap_ptr, an_ptr, ea_ptr, bp_ptr, bn_ptr, eb_ptr, MP, NP), chain_ptr, part_ptr,
+                          order_ptr, role_ptr, n_parts, rm, rn, BLOCK, FRAC, BLOCK_M, BLOCK_N, NATIVE_RZ, ONE_CHAIN)
+        store_tile(out_ptr, total, rm, rn, M, N)
 
     @triton.jit(do_not_specialize=["MP", "NP", "tiles", "tiles_n"])
     def chains_rz_kernel(
@@ -156,10 +133,8 @@ if triton is not None:
         NP,
         tiles,  # output tiles (MP / BLOCK_M) * (NP / BLOCK_N)
         tiles_n,
-        BLOCK: tl.constexpr,
-        FRAC: tl.constexpr,
-        BLOCK_M: tl.constexpr,
-        BLOCK_N: tl.constexpr,
+        BLOCK: tl.constexpr, FRAC: tl.constexpr,  # the preset's block of products and fraction bits
+        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,  # the output tile
         NATIVE_RZ: tl.constexpr,
     ):
         """Parallelism for few outputs: one program per (chain, output tile), program id
@@ -169,7 +144,7 @@ if triton is not None:
         ch, pid_m, pid_n, rm, rn = chain_tile(tiles, tiles_n, BLOCK_M, BLOCK_N)
         k_start = tl.load(chain_ptr + ch)
         k_stop = tl.load(chain_ptr + ch + 1)
-        c = _rz_chain(ap_ptr, an_ptr, ea_ptr, bp_ptr, bn_ptr, eb_ptr, k_start, k_stop, rm, rn, MP, NP,
+        c = _rz_chain((ap_ptr, an_ptr, ea_ptr, bp_ptr, bn_ptr, eb_ptr, MP, NP), k_start, k_stop, rm, rn,
                       BLOCK, FRAC, BLOCK_M, BLOCK_N, NATIVE_RZ)
         # a 64-bit base per chain and tile, 32-bit offsets inside it (the launcher checks BLOCK_M NP < 2**31):
         # 64-bit offsets spilled 16 bytes with ada's 64 x 64 / 2-warp tile on sm_86 and sm_89 (Triton 3.6)
