@@ -31,8 +31,6 @@ fp16 addition (``Preset.fp16_accumulation``; docs/zoo.md has the rule and its ev
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from .formats import (
@@ -40,13 +38,12 @@ from .formats import (
     FP8_DTYPES,
     WIDE_DTYPES,
     OutFormat,
-    decode_fp8,
-    decode_wide,
     fp32_exponent,
     nan_rows,
     wide_format_of,
 )
 from .host import check_cpu_subnormals, refuse_autograd
+from .operands import BlockOperands, pow2
 from .presets import (
     Accumulator,
     CMode,
@@ -57,84 +54,12 @@ from .presets import (
 )
 
 __all__ = [
-    "BlockOperands",
     "block_fma",
     "block_sum_exact_in_fp32",
     "chain",
     "dot",
     "hmma_rewrite",
-    "pow2",
 ]
-
-
-def pow2(exponent: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Exact ``2**exponent`` built from bit patterns (normal range of ``dtype`` only).
-
-    Args:
-        exponent: integer tensor; must lie in [-126, 127] for fp32, [-1022, 1023] for fp64.
-        dtype: ``torch.float32`` or ``torch.float64``.
-    """
-    e = exponent.to(torch.int64)
-    if dtype == torch.float32:
-        return ((e + 127) << 23).to(torch.int32).view(torch.float32)
-    if dtype == torch.float64:
-        return ((e + 1023) << 52).view(torch.float64)
-    raise ValueError(f"pow2 supports float32 and float64, not {dtype}")
-
-
-@dataclass(frozen=True)
-class BlockOperands:
-    """One side of a block: decoded FP8 operands, broadcastable to ``[*batch, B]``.
-
-    Attributes:
-        value: exact values as fp32, non-finite codes replaced by 0.
-        exponent: floored exponents (int16), zeros and non-finite codes at EXPONENT_OF_ZERO.
-        negative: sign bits.
-        is_inf: infinite codes.
-        is_zero: zero codes.
-    """
-
-    value: torch.Tensor
-    exponent: torch.Tensor
-    negative: torch.Tensor
-    is_inf: torch.Tensor
-    is_zero: torch.Tensor
-
-    @staticmethod
-    def of(x: torch.Tensor) -> BlockOperands:
-        """Decode an FP8 tensor (values as fp32) or an fp16, bf16 or tf32 one (values as float64).
-
-        Raises:
-            ValueError: a float32 tensor that holds values other than tf32 values.
-        """
-        d = decode_fp8(x) if x.dtype in FP8_DTYPES else decode_wide(x, wide_format_of(x))
-        return BlockOperands(
-            value=d.value,
-            exponent=d.exponent,
-            negative=d.negative,
-            is_inf=d.is_inf,
-            is_zero=(d.significand == 0) & ~d.is_inf & ~d.is_nan,
-        )
-
-    def k_slice(self, start: int, stop: int) -> BlockOperands:
-        """Operands ``start:stop`` of the last dimension."""
-        return BlockOperands(
-            self.value[..., start:stop],
-            self.exponent[..., start:stop],
-            self.negative[..., start:stop],
-            self.is_inf[..., start:stop],
-            self.is_zero[..., start:stop],
-        )
-
-    def k_take(self, index: torch.Tensor) -> BlockOperands:
-        """Operands at the positions ``index`` (int64, on the operands' device) of the last dimension."""
-        return BlockOperands(
-            self.value[..., index],
-            self.exponent[..., index],
-            self.negative[..., index],
-            self.is_inf[..., index],
-            self.is_zero[..., index],
-        )
 
 
 def block_sum_exact_in_fp32(preset: Preset, *, with_c: bool) -> bool:

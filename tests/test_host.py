@@ -13,7 +13,8 @@ import torch
 import mmaemu
 from mmaemu.errors import ExperimentalPresetWarning, UnsupportedFeatureError
 from mmaemu.host import env_flag, refuse_autograd, user_cache_dir
-from mmaemu.model import BlockOperands, block_fma
+from mmaemu.model import block_fma
+from mmaemu.operands import BlockOperands
 from mmaemu.presets import HOPPER
 from mmaemu.quantization import quantize, reciprocal_scale, round_to_tf32, scale_from_amax
 

@@ -14,7 +14,8 @@ import sys
 import torch
 
 from ..accumulation import AccumulationPlan, combine_parts
-from ..model import BlockOperands, Preset, chain
+from ..model import Preset, chain
+from ..operands import BlockOperands
 from ..presets import Accumulator, require_accumulator
 from .protocol import Accumulated, Backend, Executor
 
@@ -23,29 +24,6 @@ __all__ = ["EXECUTOR", "NAME", "TILE_ELEMENTS", "accumulate", "accumulated", "av
 NAME = "reference"
 #: Upper bound on the elements of one [m_tile, n_tile, block] working slab.
 TILE_ELEMENTS = 1 << 20
-
-
-def _gather(ops: BlockOperands, ranges: tuple[tuple[int, int], ...]) -> BlockOperands:
-    """The operands of the given k ranges, concatenated along the last dimension."""
-    if len(ranges) == 1:
-        return ops.k_slice(*ranges[0])
-    pieces = [ops.k_slice(start, stop) for start, stop in ranges]
-    return BlockOperands(
-        value=torch.cat([p.value for p in pieces], -1),
-        exponent=torch.cat([p.exponent for p in pieces], -1),
-        negative=torch.cat([p.negative for p in pieces], -1),
-        is_inf=torch.cat([p.is_inf for p in pieces], -1),
-        is_zero=torch.cat([p.is_zero for p in pieces], -1),
-    )
-
-
-def _rows(ops: BlockOperands, start: int, stop: int, dim: int) -> BlockOperands:
-    """Rows ``start:stop`` of a [rows, K] operand, with a broadcast axis inserted at ``dim``."""
-
-    def take(t: torch.Tensor) -> torch.Tensor:
-        return t[start:stop].unsqueeze(dim)
-
-    return BlockOperands(take(ops.value), take(ops.exponent), take(ops.negative), take(ops.is_inf), take(ops.is_zero))
 
 
 def _tile_sizes(m: int, n: int, block: int) -> tuple[int, int]:
@@ -75,7 +53,7 @@ def accumulate(a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: Accumulat
     m_tile, n_tile = _tile_sizes(m, n, preset.block_size)
     # Gather each part's k sequence once (a copy of at most (M + N) * K operands in all).
     part_ops = [
-        (_gather(a_ops, plan.part_sequence(p)), _gather(b_ops, plan.part_sequence(p))) if chains else None
+        (a_ops.k_gather(plan.part_sequence(p)), b_ops.k_gather(plan.part_sequence(p))) if chains else None
         for p, chains in enumerate(plan.parts)
     ]
     for m0 in range(0, m, m_tile):
@@ -88,7 +66,7 @@ def accumulate(a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: Accumulat
                 if ops is None:
                     partials.append(zero)  # a part without k-tiles contributes +0
                     continue
-                pa, pb = _rows(ops[0], m0, m1, 1), _rows(ops[1], n0, n1, 0)
+                pa, pb = ops[0].rows(m0, m1, 1), ops[1].rows(n0, n1, 0)
                 if plan.fast:
                     partials.append(chain(pa, pb, zero, preset, has_inf=has_inf))
                     continue
