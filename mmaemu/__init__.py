@@ -10,10 +10,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from . import model, ops, testing
-from .accumulation import Scheme, SplitK
 from .call import accumulate, scaled_mm
 from .epilogue import BiasOrder, epilogue
-from .functional import scaled_mm_v2
 from .errors import (
     BackendFallbackWarning,
     BackendUnavailableError,
@@ -31,11 +29,13 @@ from .errors import (
     UnverifiedEpilogueWarning,
     UnverifiedSplitWarning,
 )
+from .functional import scaled_mm_v2
 from .intercept import EmulationLog, emulate
 from .plan import CallPlan, explain
 from .platforms.profiles import Profile
 from .platforms.splitk import SplitDecision
 from .presets import Preset
+from .split import Scheme, SplitK
 from .version import __version__
 
 if TYPE_CHECKING:

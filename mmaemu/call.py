@@ -12,7 +12,7 @@ import warnings
 
 import torch
 
-from .accumulation import AUTO, SplitK, SplitKArg, SplitKSpec, parse_splitk, plan_accumulation
+from .accumulation import plan_accumulation
 from .backends import Backend, parse_backend, require, resolve_backend
 from .backends import run as run_backend
 from .checks import CheckedCall, check_call, out_resize_warning, resize_out_like_torch
@@ -28,6 +28,7 @@ from .host import check_cpu_subnormals, refuse_autograd
 from .platforms.profiles import Profile, get_profile
 from .platforms.splitk import Problem, SplitDecision, SplitSource, combo_verified, resolve_splitk, split_warnings
 from .presets import Architecture, CMode, Preset, instruction_preset
+from .split import AUTO, SplitK, SplitKArg, SplitKSpec, parse_splitk
 
 __all__ = ["scaled_mm", "accumulate", "decide_split", "prepare_call"]
 

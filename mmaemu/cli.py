@@ -27,13 +27,14 @@ from pathlib import Path
 
 import torch
 
-from .accumulation import AUTO, plan_accumulation, splitk_from_text
+from .accumulation import plan_accumulation
 from .backends import CONCRETE, Backend, parse_backend, resolve_backend, supports
 from .call import decide_split, scaled_mm
-from .plan import explain
 from .formats import FORMAT_NAMES, Fp8Format, OutFormat, dtype_from_name
+from .plan import explain
 from .platforms.profiles import get_profile
 from .platforms.splitk import Problem
+from .split import AUTO, splitk_from_text
 from .version import __version__
 
 __all__ = ["main"]
@@ -283,7 +284,7 @@ def _fmt_pair(text: str) -> tuple[torch.dtype, torch.dtype]:
 
 
 def _splitk(text: str) -> object:
-    """``auto``, ``1`` or ``S,scheme`` (:func:`mmaemu.accumulation.splitk_from_text`)."""
+    """``auto``, ``1`` or ``S,scheme`` (:func:`mmaemu.split.splitk_from_text`)."""
     try:
         return splitk_from_text(text)
     except ValueError as exc:

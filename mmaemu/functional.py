@@ -22,10 +22,10 @@ from typing import Any
 import torch
 
 from . import call
-from .accumulation import SplitKSpec
 from .backends import Backend
 from .errors import ReferenceRejectsError, ReferenceRejectsValueError, UnsupportedFeatureError
 from .platforms.profiles import Profile
+from .split import SplitKSpec
 
 __all__ = ["RECIPES", "SWIZZLES", "scaled_mm_v2", "v1_arguments"]
 

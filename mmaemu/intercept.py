@@ -52,10 +52,10 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import call, functional
-from .accumulation import SplitKSpec, parse_splitk
 from .backends import Backend, parse_backend
 from .errors import UnsupportedFeatureError
 from .platforms.profiles import Profile, get_profile
+from .split import SplitKSpec, parse_splitk
 
 __all__ = ["emulate", "EmulationLog", "Fallback", "Shape"]
 

@@ -15,12 +15,12 @@ from typing import Any
 import torch
 
 from . import ops
-from .accumulation import SplitKSpec, parse_splitk, splitk_text
 from .backends import Backend, parse_backend
 from .errors import UnsupportedFeatureError
 from .formats import FP8_DTYPES, OUT_DTYPES, fp8_format_of
 from .platforms.profiles import Profile, get_profile
 from .quantization import ScalingRecipe, current_scale, quantize, reciprocal_scale
+from .split import SplitKSpec, parse_splitk, splitk_text
 
 __all__ = ["EmulatedFP8Linear"]
 

@@ -17,7 +17,6 @@ from typing import Any
 
 import torch
 
-from .accumulation import SplitKSpec
 from .backends import Backend, auto_fallback
 from .call import prepare_call
 from .checks import CheckedCall, check_call
@@ -39,6 +38,7 @@ from .platforms.splitk import (
     trace_splitk,
 )
 from .presets import Maturity
+from .split import SplitKSpec
 
 __all__ = ["CallPlan", "explain"]
 

@@ -8,15 +8,8 @@ import pytest
 import torch
 
 import mmaemu
-from mmaemu.accumulation import (
-    Scheme,
-    SplitK,
-    combine_parts,
-    flat_combination,
-    flatten_plan,
-    pairwise_steps,
-    plan_accumulation,
-)
+from mmaemu.accumulation import combine_parts, flat_combination, flatten_plan, pairwise_steps, plan_accumulation
+from mmaemu.split import Scheme, SplitK
 
 
 def flat(plan: object, part: int) -> list[int]:

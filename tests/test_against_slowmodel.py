@@ -14,13 +14,13 @@ import warnings
 from typing import Any
 
 import pytest
+import slowmodel as sm
 import torch
+from conftest import FULL
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import mmaemu
-import slowmodel as sm
-from conftest import FULL
 
 FMT = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
 PAIRS = [("e4m3", "e4m3"), ("e4m3", "e5m2"), ("e5m2", "e4m3")]
@@ -302,7 +302,8 @@ def test_every_tri_probe_of_the_combination(s: int) -> None:
 
     Every placement for S <= 10 (and with ``--full``); a sample of 300 above.
     """
-    from mmaemu.accumulation import Scheme, combine_parts
+    from mmaemu.accumulation import combine_parts
+    from mmaemu.split import Scheme
 
     eps, big = 2.0**-9, 448.0**2
     triples = [(e, p, m) for e in range(s) for p in range(s) for m in range(s) if len({e, p, m}) == 3]

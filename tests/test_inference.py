@@ -12,7 +12,6 @@ import torch
 from conftest import RECORDINGS, require
 
 import mmaemu
-from mmaemu.accumulation import Scheme
 from mmaemu.errors import InferredSplitWarning
 from mmaemu.formats import Fp8Format, OutFormat
 from mmaemu.platforms import inference
@@ -26,6 +25,7 @@ from mmaemu.platforms.table import (
     setting_code,
     table_arrays,
 )
+from mmaemu.split import Scheme
 
 E4, E5 = Fp8Format.E4M3, Fp8Format.E5M2
 BF16 = OutFormat.BFLOAT16

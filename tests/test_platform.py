@@ -8,15 +8,14 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from conftest import RECORDINGS, require
 
 import mmaemu
-from mmaemu.accumulation import Scheme
-from mmaemu.platforms.splitk import SplitSource
-from conftest import RECORDINGS, require
 from mmaemu.formats import Fp8Format, OutFormat
 from mmaemu.platforms.profiles import PROFILES, get_profile, profiles
-from mmaemu.platforms.splitk import Problem, resolve_splitk
+from mmaemu.platforms.splitk import Problem, SplitSource, resolve_splitk
 from mmaemu.platforms.table import WS_BYTES, Setting, SplitTable
+from mmaemu.split import Scheme
 
 E4, E5 = Fp8Format.E4M3, Fp8Format.E5M2
 OUTS = [OutFormat.FLOAT32, OutFormat.BFLOAT16, OutFormat.FLOAT16, OutFormat.E4M3, OutFormat.E5M2]

@@ -8,10 +8,9 @@ import functools
 import pytest
 import torch
 
-from mmaemu.accumulation import Scheme, SplitK
 from mmaemu.backends import reference
-from mmaemu.presets import ADA, B200_MMA_SYNC, HOPPER, SM120, CMode, Preset
 from mmaemu.platforms.profiles import SplitFamily
+from mmaemu.presets import ADA, B200_MMA_SYNC, HOPPER, SM120, CMode, Preset
 from mmaemu.recording.probes import (
     CANDIDATES,
     Candidate,
@@ -23,7 +22,7 @@ from mmaemu.recording.probes import (
     unsplit_probes,
 )
 from mmaemu.recording.verdict import probe_document, results_from_document, sm120_note
-
+from mmaemu.split import Scheme, SplitK
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -241,7 +241,8 @@ def test_the_cases_cover_what_a_wrong_sm90_kernel_could_hide() -> None:
     """Program ids above 0 in both dimensions of the sm_90 kernel's 128 x 128 tile, the pairwise combination's
     held pair (S >= 6), every FP8 format pair (E5M2 x E5M2 included), K over 2**16, K not a multiple of 16,
     fast and slow accumulation, every split scheme."""
-    from mmaemu.accumulation import Scheme, combination_steps
+    from mmaemu.accumulation import combination_steps
+    from mmaemu.split import Scheme
 
     cases = triton_selftest.CASES
     tile = triton_backend.NATIVE_GPU_CONFIG

@@ -24,9 +24,10 @@ import torch
 
 pytest.importorskip("triton", reason="triton is not installed (pip install 'mmaemu[triton]')")
 
-import mmaemu  # noqa: E402
 from conftest import FULL  # noqa: E402
-from mmaemu.accumulation import Scheme, SplitK, flatten_plan, plan_accumulation  # noqa: E402
+
+import mmaemu  # noqa: E402
+from mmaemu.accumulation import flatten_plan, plan_accumulation  # noqa: E402
 from mmaemu.backends import Backend, accumulators, dispatch, reference  # noqa: E402
 from mmaemu.backends.triton import backend as triton_backend  # noqa: E402
 from mmaemu.backends.triton import convert as triton_convert  # noqa: E402
@@ -36,6 +37,7 @@ from mmaemu.backends.triton import rz as triton_rz  # noqa: E402
 from mmaemu.backends.triton.backend import Formulation, TileConfig  # noqa: E402
 from mmaemu.backends.triton.selftest import adversarial_codes  # noqa: E402
 from mmaemu.presets import ADA, B200_MMA_SYNC, HOPPER  # noqa: E402
+from mmaemu.split import Scheme, SplitK
 from mmaemu.testing import assert_bitwise_equal  # noqa: E402
 
 if not triton_backend.interpreting():  # pragma: no cover - the kernels were imported before this file

@@ -386,9 +386,10 @@ def step_headline(ctx: Context) -> dict[str, Any]:
     """The headline shape: bits of both formulations first, then end-to-end and kernel-only speed."""
     import torch
 
-    from mmaemu.accumulation import Scheme, SplitK, flatten_plan, plan_accumulation
+    from mmaemu.accumulation import flatten_plan, plan_accumulation
     from mmaemu.backends.triton import backend, native
     from mmaemu.presets import HOPPER
+    from mmaemu.split import Scheme, SplitK
 
     m, n, k = DRY_HEADLINE if ctx.dry else HEADLINE
     row: dict[str, Any] = _keep(ctx, "headline", {"shape": [m, n, k], "macs": m * n * k, "preset": "hopper",
@@ -507,7 +508,7 @@ def step_scaled_mm_vs_model(ctx: Context) -> dict[str, Any]:
 
 def exactness_cases(dry: bool) -> list[dict[str, Any]]:
     """The exactness problems: (preset, formats, fast, split, M, N, K)."""
-    from mmaemu.accumulation import Scheme, SplitK
+    from mmaemu.split import Scheme, SplitK
 
     m, n = (9, 16) if dry else (192, 320)
     ks = (144, 272) if dry else (1936, 4000)
@@ -580,7 +581,8 @@ def edge_cases(ctx: Context) -> list[tuple[str, Any, int, int, int, Any]]:
 def check_edges(ctx: Context, rows: list[dict[str, Any]]) -> int:
     """The edges of :func:`edge_cases` against the model (the last 64 rows of tall ones); returns how many
     were skipped."""
-    from mmaemu.accumulation import Scheme, SplitK, plan_accumulation
+    from mmaemu.accumulation import plan_accumulation
+    from mmaemu.split import Scheme, SplitK
     accumulate = triton_accumulate
     from mmaemu.backends.triton.selftest import selftest_kernel
     from mmaemu.presets import HOPPER
@@ -635,10 +637,11 @@ def step_exactness(ctx: Context) -> dict[str, Any]:
 def step_timing(ctx: Context) -> dict[str, Any]:
     """More shapes: 8192^3 (both formulations, bits on a row slice), slow accumulation at the headline
     shape, and a few RZ tiles there."""
-    from mmaemu.accumulation import Scheme, SplitK, plan_accumulation
+    from mmaemu.accumulation import plan_accumulation
     from mmaemu.backends.triton import backend
     from mmaemu.backends.triton.backend import TileConfig
     from mmaemu.presets import HOPPER
+    from mmaemu.split import Scheme, SplitK
 
     result: dict[str, Any] = _keep(ctx, "timing", {"shapes": [], "tile_sweep": []})
     problems = []

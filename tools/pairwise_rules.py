@@ -28,7 +28,8 @@ import numpy as np
 import torch
 
 import mmaemu
-from mmaemu.accumulation import Scheme, SplitK, pairwise_steps, plan_accumulation
+from mmaemu.accumulation import pairwise_steps, plan_accumulation
+from mmaemu.split import Scheme, SplitK
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from evidence import evidence_root, read_records  # noqa: E402

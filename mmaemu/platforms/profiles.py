@@ -16,10 +16,10 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..accumulation import Scheme
 from ..epilogue import BiasOrder
 from ..errors import ExperimentalPresetWarning, UnknownNameError
 from ..presets import ADA, B200_MMA_SYNC, HOPPER, Maturity, Preset
+from ..split import Scheme
 from .table import USER_TABLES, WS_BYTES, SplitTable, register_table
 
 __all__ = [

@@ -31,7 +31,6 @@ from typing import Any
 
 import numpy as np
 
-from ..accumulation import Scheme, SplitK
 from ..errors import (
     InferredSplitWarning,
     SplitKUnknownError,
@@ -40,6 +39,7 @@ from ..errors import (
 )
 from ..formats import Fp8Format, OutFormat
 from ..host import env_flag
+from ..split import Scheme, SplitK
 from . import cublaslt, inference
 from .profiles import Profile, SplitFamily
 from .table import Setting, SplitTable, unpack_key
@@ -97,7 +97,7 @@ class SplitDecision:
     """A split-K decision and what it rests on.
 
     Attributes:
-        parts: number of K parts (1: unsplit), as :attr:`mmaemu.accumulation.SplitK.parts`.
+        parts: number of K parts (1: unsplit), as :attr:`mmaemu.split.SplitK.parts`.
         scheme: how the parts are combined.
         source: what decided.
         verified: whether hardware evidence backs this decision and its arithmetic.
@@ -123,7 +123,7 @@ class SplitDecision:
 
     @property
     def split(self) -> SplitK:
-        """The decision as a :class:`~mmaemu.accumulation.SplitK`."""
+        """The decision as a :class:`~mmaemu.split.SplitK`."""
         return SplitK(self.parts, self.scheme)
 
 

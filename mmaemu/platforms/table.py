@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from ..accumulation import Scheme
 from ..formats import Fp8Format, OutFormat
+from ..split import Scheme
 
 __all__ = [
     "TABLE_FORMAT",

@@ -41,14 +41,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..accumulation import (
-    SLOW_CHUNK,
-    AccumulationPlan,
-    Scheme,
-    SplitK,
-    cut_chains,
-    plan_accumulation,
-)
+from ..accumulation import SLOW_CHUNK, AccumulationPlan, cut_chains, plan_accumulation
 from ..backends import reference
 from ..epilogue import BiasOrder, epilogue
 from ..formats import Fp8Format
@@ -63,6 +56,7 @@ from ..presets import (
     Preset,
     Rounding,
 )
+from ..split import Scheme, SplitK
 
 __all__ = [
     "CANDIDATES",

@@ -24,8 +24,9 @@ from dataclasses import dataclass
 
 import torch
 
-from ...accumulation import Scheme, SplitK, plan_accumulation
+from ...accumulation import plan_accumulation
 from ...presets import ADA, HOPPER, Preset
+from ...split import Scheme, SplitK
 from .. import reference
 from ..dispatch import accumulators
 from .backend import (
