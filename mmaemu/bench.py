@@ -244,6 +244,84 @@ def _progress(text: str) -> None:
     print(f"bench: {text} ...", file=sys.stderr, flush=True)
 
 
+def _native_time(x: torch.Tensor, w: torch.Tensor, repeat: int, row: dict[str, object]) -> None:
+    """torch's own ``_scaled_mm`` on this machine, timed into ``row`` (None and torch's reason where it refuses)."""
+    one = torch.tensor(1.0)
+    try:
+        native = partial(torch._scaled_mm, x, w.t(), one, one, out_dtype=torch.bfloat16, use_fast_accum=True)
+
+        native()
+        row["torch_native_scaled_mm_s"] = median_time(native, repeat)
+    except (RuntimeError, NotImplementedError) as exc:
+        row["torch_native_scaled_mm_s"] = None
+        row["torch_native_scaled_mm_note"] = str(exc).splitlines()[0]
+
+
+def _print_row(row: dict[str, object], label: str, rows: torch.Tensor | None) -> None:
+    """One shape's table (and its TMAC/s figures added to ``row``)."""
+    shape = row["shape"]
+    assert isinstance(shape, list)
+    m, k, n = (int(v) for v in shape)
+    macs = m * n * k
+    print(f"\nM, K, N = {m}, {k}, {n} ({macs / 1e9:.2f} GMAC), {label}, bf16 output, median times:")
+    for key, name in (("reference_s", "reference backend"), ("cpu_s", "cpu backend"),
+                      ("torch_fp32_matmul_s", "torch fp32 matmul"), ("torch_native_scaled_mm_s", "torch native _scaled_mm")):
+        t = row.get(key)
+        if isinstance(t, float):
+            row[key[:-2] + "_tmacs"] = macs / t / 1e12
+            print(f"  {name:26s} {t * 1e3:10.1f} ms  {macs / t / 1e12:8.4f} TMAC/s")
+        else:
+            print(f"  {name:26s} unavailable ({row.get('torch_native_scaled_mm_note')})")
+    scaled = "" if rows is None else f" (the reference backend on {rows.numel()} rows, its time scaled to {m})"
+    print(f"  reference / cpu = {row['reference_over_cpu']:.1f}x{scaled}; "
+          f"cpu / fp32 matmul = {row['cpu_over_fp32_matmul']:.2f}x (wall), "
+          f"{row['cpu_over_fp32_matmul_process']:.2f}x (process CPU time)")
+
+
+def _config_rows(m: int, k: int, n: int, rows: torch.Tensor | None, repeat: int, base_s: float) -> list[dict[str, object]]:
+    """The cpu backend under every other configuration, bits checked first, against the base's time."""
+    others: list[dict[str, object]] = []
+    for config in CONFIGS[1:]:
+        refused = refusal(m, k, n, config)
+        if refused is not None:  # e.g. S = 4 parts for a K of fewer k-tiles: not a call a GPU makes
+            others.append({"config": config.label, "cpu_s": None, "refused": refused})
+            print(f"  cpu, {config.label:44s} not timed: the call is refused ({refused.splitlines()[0]})")
+            continue
+        xc, wc = _operands(m, k, n, config)
+        other = _caller(xc, wc, config)
+        _check_bits(other, rows)
+        t = median_time(partial(other, "cpu"), repeat)
+        others.append({"config": config.label, "cpu_s": t, "over_base": t / base_s})
+        print(f"  cpu, {config.label:44s} {t * 1e3:8.1f} ms = {t / base_s:.2f}x the base")
+    return others
+
+
+def _shape_row(m: int, k: int, n: int, base: Config, repeat: int) -> tuple[dict[str, object], torch.Tensor | None]:
+    """One shape under the base configuration: bits checked, then the reference backend, the cpu backend,
+    torch's fp32 matmul and torch's native ``_scaled_mm`` timed. Returns the row and the reference's rows."""
+    macs = m * n * k
+    x, w = _operands(m, k, n, base)
+    call = _caller(x, w, base)
+    rows = _checked_rows(m, macs)
+    _progress(f"M, K, N = {m}, {k}, {n}: checking that the cpu and reference backends agree bit for bit")
+    _check_bits(call, rows)  # bits first (this also compiles the kernels)
+    row: dict[str, object] = {"shape": [m, k, n], "macs": macs, "config": base.label,
+                              "reference_rows": m if rows is None else int(rows.numel())}
+    _progress(f"M, K, N = {m}, {k}, {n}: timing the reference backend")
+    ref_s = median_time(partial(call, "reference", rows), 1 if macs > 2e9 else 3)
+    row["reference_s"] = ref_s if rows is None else ref_s * m / rows.numel()
+    xf, wf = x.float(), w.float()
+    _progress(f"M, K, N = {m}, {k}, {n}: timing the cpu backend and torch's fp32 matmul, {repeat} runs each")
+    timed = interleaved_times({"cpu": partial(call, "cpu"), "mm": partial(torch.matmul, xf, wf.t())}, repeat)
+    row["cpu_s"], row["cpu_process_s"] = timed["cpu"]
+    row["torch_fp32_matmul_s"], row["torch_fp32_matmul_process_s"] = timed["mm"]
+    row["cpu_over_fp32_matmul_process"] = timed["cpu"][1] / timed["mm"][1]
+    _native_time(x, w, repeat, row)
+    row["reference_over_cpu"] = float(row["reference_s"]) / float(row["cpu_s"])  # type: ignore[arg-type]
+    row["cpu_over_fp32_matmul"] = float(row["cpu_s"]) / float(row["torch_fp32_matmul_s"])  # type: ignore[arg-type]
+    return row, rows
+
+
 def run(shapes: list[tuple[int, int, int]], *, repeat: int, configs: bool, first_call: bool,
         json_path: str | None, profile: str = "hopper", zoo: bool = False) -> dict[str, object]:
     """Run the benchmark, print its table, and return (and optionally write) the figures."""
@@ -251,72 +329,20 @@ def run(shapes: list[tuple[int, int, int]], *, repeat: int, configs: bool, first
     from .backends import cpu_fp8
 
     kernel = "avx512 (mmaemu.backends.cpu_fp8)" if cpu_fp8.available() else "portable"
+    results: list[dict[str, object]] = []
     report: dict[str, object] = {"version": __version__, "torch": torch.__version__,
                                  "threads": torch.get_num_threads(), "cpu": cpu_name(), "cpu_fp8_kernel": kernel,
-                                 "results": []}
+                                 "results": results}
     print(f"mmaemu {__version__} bench: torch {torch.__version__}, {torch.get_num_threads()} threads, "
           f"{report['cpu']}, FP8 kernel: {kernel}")
     for m, k, n in shapes:
-        macs = m * n * k
-        x, w = _operands(m, k, n, base)
-        call = _caller(x, w, base)
-        rows = _checked_rows(m, macs)
-        _progress(f"M, K, N = {m}, {k}, {n}: checking that the cpu and reference backends agree bit for bit")
-        _check_bits(call, rows)  # bits first (this also compiles the kernels)
-        row: dict[str, object] = {"shape": [m, k, n], "macs": macs, "config": base.label,
-                                  "reference_rows": m if rows is None else int(rows.numel())}
-        _progress(f"M, K, N = {m}, {k}, {n}: timing the reference backend")
-        ref_s = median_time(partial(call, "reference", rows), 1 if macs > 2e9 else 3)
-        row["reference_s"] = ref_s if rows is None else ref_s * m / rows.numel()
-        xf, wf = x.float(), w.float()
-        _progress(f"M, K, N = {m}, {k}, {n}: timing the cpu backend and torch's fp32 matmul, {repeat} runs each")
-        timed = interleaved_times({"cpu": partial(call, "cpu"), "mm": partial(torch.matmul, xf, wf.t())}, repeat)
-        row["cpu_s"], row["cpu_process_s"] = timed["cpu"]
-        row["torch_fp32_matmul_s"], row["torch_fp32_matmul_process_s"] = timed["mm"]
-        row["cpu_over_fp32_matmul_process"] = timed["cpu"][1] / timed["mm"][1]
-        one = torch.tensor(1.0)
-        try:
-            native = partial(torch._scaled_mm, x, w.t(), one, one, out_dtype=torch.bfloat16, use_fast_accum=True)
-
-            native()
-            row["torch_native_scaled_mm_s"] = median_time(native, repeat)
-        except (RuntimeError, NotImplementedError) as exc:
-            row["torch_native_scaled_mm_s"] = None
-            row["torch_native_scaled_mm_note"] = str(exc).splitlines()[0]
-        row["reference_over_cpu"] = float(row["reference_s"]) / float(row["cpu_s"])  # type: ignore[arg-type]
-        row["cpu_over_fp32_matmul"] = float(row["cpu_s"]) / float(row["torch_fp32_matmul_s"])  # type: ignore[arg-type]
-        print(f"\nM, K, N = {m}, {k}, {n} ({macs / 1e9:.2f} GMAC), {base.label}, bf16 output, median times:")
-        for key, label in (("reference_s", "reference backend"), ("cpu_s", "cpu backend"),
-                           ("torch_fp32_matmul_s", "torch fp32 matmul"),
-                           ("torch_native_scaled_mm_s", "torch native _scaled_mm")):
-            t = row.get(key)
-            if isinstance(t, float):
-                row[key[:-2] + "_tmacs"] = macs / t / 1e12
-                print(f"  {label:26s} {t * 1e3:10.1f} ms  {macs / t / 1e12:8.4f} TMAC/s")
-            else:
-                print(f"  {label:26s} unavailable ({row.get('torch_native_scaled_mm_note')})")
-        scaled = "" if rows is None else f" (the reference backend on {rows.numel()} rows, its time scaled to {m})"
-        print(f"  reference / cpu = {row['reference_over_cpu']:.1f}x{scaled}; "
-              f"cpu / fp32 matmul = {row['cpu_over_fp32_matmul']:.2f}x (wall), "
-              f"{row['cpu_over_fp32_matmul_process']:.2f}x (process CPU time)")
+        row, rows = _shape_row(m, k, n, base, repeat)
+        _print_row(row, base.label, rows)
         if configs:
-            others: list[dict[str, object]] = []
-            for config in CONFIGS[1:]:
-                refused = refusal(m, k, n, config)
-                if refused is not None:  # e.g. S = 4 parts for a K of fewer k-tiles: not a call a GPU makes
-                    others.append({"config": config.label, "cpu_s": None, "refused": refused})
-                    print(f"  cpu, {config.label:44s} not timed: the call is refused ({refused.splitlines()[0]})")
-                    continue
-                xc, wc = _operands(m, k, n, config)
-                other = _caller(xc, wc, config)
-                _check_bits(other, rows)
-                t = median_time(partial(other, "cpu"), repeat)
-                others.append({"config": config.label, "cpu_s": t, "over_base": t / float(row["cpu_s"])})  # type: ignore[arg-type]
-                print(f"  cpu, {config.label:44s} {t * 1e3:8.1f} ms = {t / float(row['cpu_s']):.2f}x the base")  # type: ignore[arg-type]
-            row["configs"] = others
+            row["configs"] = _config_rows(m, k, n, rows, repeat, float(row["cpu_s"]))  # type: ignore[arg-type]
         if zoo and (m, k, n) == tuple(shapes[-1]):
             row["zoo"] = zoo_rows(m, k, n, repeat)
-        report["results"].append(row)  # type: ignore[attr-defined]
+        results.append(row)
     if first_call:
         _progress("the first call in two fresh processes (compiling, then from the cache)")
         latency = first_call_latency()
