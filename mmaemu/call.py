@@ -25,6 +25,7 @@ from .errors import (
 )
 from .formats import FP8_DTYPES, WIDE_DTYPES, wide_format_of
 from .host import check_cpu_subnormals, refuse_autograd
+from .options import Options
 from .platforms.profiles import Profile, get_profile
 from .platforms.splitk import Problem, SplitDecision, SplitSource, combo_verified, resolve_splitk, split_warnings
 from .presets import Architecture, CMode, Preset, instruction_preset
@@ -247,10 +248,10 @@ def prepare_call(
     Modifies nothing: ``out`` is resized and written by :func:`scaled_mm` only after this returned
     and the result was computed. Emits torch's resize warning when ``out`` will be resized.
     """
-    prof = get_profile(profile)
-    parse_splitk(splitk)  # invalid values raise ValueError here
+    options = Options.parse(profile, splitk, backend)
+    prof = options.profile
     device = mat1.device if isinstance(mat1, torch.Tensor) else torch.device("cpu")
-    chosen = resolve_backend(parse_backend(backend), device, prof.preset)
+    chosen = resolve_backend(options.backend, device, prof.preset)
     checked = check_call(mat1, mat2, scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum, out,
                          resize_out=False)
     require(chosen, device, prof.preset)
@@ -258,7 +259,7 @@ def prepare_call(
     if not checked.empty:
         assert checked.out_format is not None
         problem = Problem(checked.m, checked.n, checked.k, checked.fmt_a, checked.fmt_b, checked.out_format, checked.fast)
-        decision = decide_split(prof, problem, splitk)
+        decision = decide_split(prof, problem, options.splitk)
         split = decision.split
         _check_preset_supports(prof.preset, checked.fast, split)
         plan = plan_accumulation(checked.k, fast=checked.fast, split=split)

@@ -388,6 +388,20 @@ def check_call(
     return _checked(m, n, k, mat1, mat2, result_dtype, use_fast_accum, empty=False)
 
 
+def fp8_pair_refusal(a: torch.dtype, b: torch.dtype) -> str | None:
+    """torch 2.7.1's refusal of an FP8 operand pair (its message), or None when it accepts the pair:
+    two E5M2 matrices are refused."""
+    if a == torch.float8_e5m2 and b == torch.float8_e5m2:
+        return "Multiplication of two Float8_e5m2 matrices is not supported"
+    return None
+
+
+def has_algorithm(a: torch.dtype, b: torch.dtype, out: torch.dtype) -> bool:
+    """Whether the reference cuBLASLt has an algorithm for FP8 operands ``a``, ``b`` into ``out``: not
+    for E4M3 x E4M3 into E5M2 (cuBLASLt 12.8.3.14 on the RTX 4060 and the H100 PCIe, seeds 000, 002)."""
+    return not (a == torch.float8_e4m3fn and b == torch.float8_e4m3fn and out == torch.float8_e5m2)
+
+
 def _check_operand_dtypes(mat1: torch.Tensor, mat2: torch.Tensor, bias: torch.Tensor | None,
                           result_dtype: torch.dtype) -> None:
     """torch 2.7.1's FP8 operand and bias dtype checks, in its order."""
@@ -395,8 +409,9 @@ def _check_operand_dtypes(mat1: torch.Tensor, mat2: torch.Tensor, bias: torch.Te
         raise _reject(f"Expected mat1 to be Float8 matrix got {scalar_type_name(mat1.dtype)}")
     if mat2.dtype not in _FLOAT8:
         raise _reject(f"Expected mat2 to be Float8 matrix got {scalar_type_name(mat2.dtype)}")
-    if mat1.dtype == torch.float8_e5m2 and mat2.dtype == torch.float8_e5m2:
-        raise _reject("Multiplication of two Float8_e5m2 matrices is not supported")
+    refused = fp8_pair_refusal(mat1.dtype, mat2.dtype)
+    if refused is not None:
+        raise _reject(refused)
     if bias is None:
         return
     if result_dtype == torch.float32:
@@ -442,8 +457,7 @@ def _check_cublaslt(mat1: torch.Tensor, mat2: torch.Tensor, bias: torch.Tensor |
     out_fmt = out_format_or_none(result_dtype)
     if out_fmt is None:
         raise _reject("CUDA error: CUBLAS_STATUS_NOT_SUPPORTED when calling `CUBLAS_STATUS_NOT_SUPPORTED`")
-    if mat1.dtype == torch.float8_e4m3fn and mat2.dtype == torch.float8_e4m3fn and out_fmt is OutFormat.E5M2:
-        # cuBLASLt 12.8.3.14 on the RTX 4060 and the H100 PCIe finds no algorithm (seeds 000, 002).
+    if not has_algorithm(mat1.dtype, mat2.dtype, result_dtype):
         raise _reject("CUDA error: CUBLAS_STATUS_NOT_SUPPORTED when calling `CUBLAS_STATUS_NOT_SUPPORTED`")
     # torch clones a non-dense mat1 that is not padded row-major: the copy is contiguous and aligned
     mat1_cloned = not _dense(mat1) and not (mat1.stride(1) == 1 and mat1.stride(0) >= max(1, k))

@@ -52,10 +52,11 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import call, functional
-from .backends import Backend, parse_backend
+from .backends import Backend
 from .errors import UnsupportedFeatureError
-from .platforms.profiles import Profile, get_profile
-from .split import SplitKSpec, parse_splitk
+from .options import Options
+from .platforms.profiles import Profile
+from .split import SplitKSpec
 
 __all__ = ["emulate", "EmulationLog", "Fallback", "Shape"]
 
@@ -251,9 +252,10 @@ class emulate:  # noqa: N801 - used like a function: ``with mmaemu.emulate(...) 
         splitk: SplitKSpec = "auto",
         fallback: str | Fallback = Fallback.RAISE,
     ) -> None:
-        self.profile = get_profile(profile)
-        self.splitk: SplitKSpec = parse_splitk(splitk)
-        self.backend: Backend = parse_backend(backend)
+        options = Options.parse(profile, splitk, backend)
+        self.profile = options.profile
+        self.splitk: SplitKSpec = options.splitk
+        self.backend: Backend = options.backend
         try:
             self.fallback = Fallback(fallback)
         except ValueError:

@@ -15,12 +15,14 @@ from typing import Any
 import torch
 
 from . import ops
-from .backends import Backend, parse_backend
+from .backends import Backend
+from .checks import fp8_pair_refusal, has_algorithm
 from .errors import UnsupportedFeatureError
 from .formats import FP8_DTYPES, OUT_DTYPES, fp8_format_of
-from .platforms.profiles import Profile, get_profile
+from .options import Options
+from .platforms.profiles import Profile, registered_name
 from .quantization import ScalingRecipe, current_scale, quantize, reciprocal_scale
-from .split import SplitKSpec, parse_splitk, splitk_text
+from .split import SplitKSpec, splitk_text
 
 __all__ = ["EmulatedFP8Linear"]
 
@@ -87,23 +89,6 @@ def _check_scales(weight_scale_inv: torch.Tensor, input_scale: torch.Tensor | No
             f"input_scale_inv={float(input_scale_inv)!r} is not 1 / input_scale = {float(expected)!r} (fp32, rounded to "
             "nearest even): the GEMM would use another scale than the quantisation; store both from one scale"
         )
-
-
-def _profile_name(profile: object) -> str:
-    """The registered name of ``profile``: the layer hands the operator a name, so a Profile object
-    must be the one registered under its name (else another profile's bits would be used)."""
-    found = get_profile(profile)  # type: ignore[arg-type]  # ValueError/KeyError for anything else
-    if isinstance(profile, Profile):
-        try:
-            registered: Profile | None = get_profile(profile.name, warn=False)
-        except (KeyError, ValueError):
-            registered = None
-        if registered is not profile:
-            raise ValueError(
-                f"profile {profile.name!r} is not the profile registered under that name; register it with "
-                "mmaemu.platforms.register_profile(profile) and pass it (or its name) again"
-            )
-    return found.name
 
 
 class EmulatedFP8Linear(torch.nn.Module):
@@ -231,18 +216,15 @@ class EmulatedFP8Linear(torch.nn.Module):
             raise ValueError(f"out_dtype={out_dtype!r}: accepted: None (the input's dtype) or {_names(OUT_DTYPES)}")
         if not isinstance(use_fast_accum, bool):
             raise TypeError(f"use_fast_accum must be a bool, got {type(use_fast_accum).__name__}")
-        profile_name = _profile_name(profile)
-        split = parse_splitk(splitk)  # ValueError for an invalid splitk, now rather than at the first call
-        chosen = parse_backend(backend)  # auto is resolved per call: it depends on the input's device
+        options = Options.parse(profile, splitk, backend)  # invalid values raise now, not at the first call
         weight_dtype = weight.dtype if weight.dtype in FP8_DTYPES else torch.float8_e4m3fn
-        if input_dtype == torch.float8_e5m2 and weight_dtype == torch.float8_e5m2:
+        refused = fp8_pair_refusal(input_dtype, weight_dtype)
+        if refused is not None:
+            raise ValueError(f"input_dtype and the FP8 weight are both float8_e5m2: torch._scaled_mm refuses it ({refused})")
+        if out_dtype is not None and not has_algorithm(input_dtype, weight_dtype, out_dtype):
             raise ValueError(
-                "input_dtype and the FP8 weight are both float8_e5m2: torch._scaled_mm refuses two E5M2 operands"
-            )
-        if out_dtype == torch.float8_e5m2 and input_dtype == weight_dtype == torch.float8_e4m3fn:
-            raise ValueError(
-                "out_dtype=float8_e5m2 with E4M3 input and weight: the reference cuBLASLt has no such kernel "
-                "(CUBLAS_STATUS_NOT_SUPPORTED)"
+                f"out_dtype={out_dtype} with {input_dtype} input and a {weight_dtype} weight: the reference cuBLASLt "
+                "has no such kernel (CUBLAS_STATUS_NOT_SUPPORTED)"
             )
         if weight.dtype in FP8_DTYPES:
             if (weight_scale is None) == (weight_scale_inv is None):
@@ -277,9 +259,9 @@ class EmulatedFP8Linear(torch.nn.Module):
         self.input_dtype = input_dtype
         self.out_dtype = out_dtype
         self.use_fast_accum = use_fast_accum
-        self.profile = profile_name
-        self.splitk: SplitKSpec = split
-        self.backend: Backend = chosen
+        self.profile = registered_name(profile)
+        self.splitk: SplitKSpec = options.splitk
+        self.backend: Backend = options.backend  # auto is resolved per call: it depends on the input's device
 
     @property
     def in_features(self) -> int:

@@ -32,29 +32,13 @@ from . import call
 from .backends import Backend, parse_backend
 from .errors import ReferenceRejectsError, UnsupportedFeatureError
 from .host import refuse_autograd
-from .platforms.profiles import PROFILES, Profile
+from .platforms.profiles import Profile, registered_name
 from .split import SplitKSpec, splitk_from_text, splitk_text
 
 __all__ = ["OP_NAME", "scaled_mm"]
 
 #: the qualified name of the operator.
 OP_NAME = "mmaemu::scaled_mm"
-
-
-def _profile_name(profile: str | Profile | None) -> str:
-    if profile is None:
-        return ""
-    if isinstance(profile, Profile):
-        if PROFILES.get(profile.name) is not profile:
-            raise ValueError(f"profile {profile.name!r} is not a registered profile; the operator takes registered names")
-        return profile.name
-    if not isinstance(profile, str):
-        raise TypeError(
-            f"profile must be a profile name (str), a registered Profile or None, not {type(profile).__name__}"
-        )
-    if not profile:
-        raise ValueError(f"profile={profile!r}: pass a profile name, a registered Profile or None")
-    return profile
 
 
 def _check_arguments(use_fast_accum: object, backend: object) -> Backend:
@@ -151,7 +135,8 @@ def scaled_mm(
     :func:`mmaemu.scaled_mm` (NaN codes give the canonical NaN, exact zeros are +0).
 
     Raises:
-        ValueError: an invalid ``splitk``, or a ``Profile`` object that is not registered.
+        ValueError: an invalid ``splitk``, an unknown profile name (``UnknownNameError``), or a ``Profile``
+            object that is not the one registered under its name.
         TypeError: a non-bool ``use_fast_accum`` (the schema would coerce ``1`` to True), a
             ``backend`` or ``profile`` of the wrong type.
         UnsupportedFeatureError: inputs requiring grad in grad mode; and, when the operator runs,
@@ -175,6 +160,6 @@ def scaled_mm(
                     ("scale_result", scale_result))
     result: torch.Tensor = _OP(
         mat1, mat2, scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum,
-        _profile_name(profile), splitk_text(splitk), chosen.value,
+        "" if profile is None else registered_name(profile), splitk_text(splitk), chosen.value,
     )
     return result

@@ -33,6 +33,7 @@ __all__ = [
     "profiles",
     "get_profile",
     "default_profile_name",
+    "registered_name",
     "register_profile",
     "unregister_profile",
 ]
@@ -174,6 +175,27 @@ DEFAULT_PROFILE = "hopper"
 
 #: Profiles registered at run time (:func:`register_profile`), e.g. built from a recording.
 USER_PROFILES: dict[str, Profile] = {}
+
+
+def registered_name(profile: str | Profile) -> str:
+    """The name ``profile`` is registered under: the operator's schema and a module's state carry names,
+    so a :class:`Profile` object must be the one registered under its name (built in, or by
+    :func:`register_profile`); another object under a known name would compute that profile's bits.
+
+    Raises:
+        UnknownNameError: an unknown name (a ``ValueError`` and a ``KeyError``).
+        ValueError: a Profile object that is not the one registered under its name.
+        TypeError: neither a string nor a Profile.
+    """
+    found = get_profile(profile, warn=False)
+    if isinstance(profile, Profile):
+        registered = PROFILES.get(profile.name, USER_PROFILES.get(profile.name))
+        if registered is not profile:
+            raise ValueError(
+                f"profile {profile.name!r} is not the profile registered under that name; register it with "
+                "mmaemu.platforms.register_profile(profile) and pass it (or its name) again"
+            )
+    return found.name
 
 
 def register_profile(profile: Profile, *, table: SplitTable | None = None, replace: bool = False) -> Profile:

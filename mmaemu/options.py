@@ -1,0 +1,51 @@
+"""The platform arguments every entry point takes, parsed once: ``profile``, ``splitk`` and ``backend``.
+
+``scaled_mm`` and ``explain`` (:mod:`mmaemu.call`), ``emulate()`` (:mod:`mmaemu.intercept`) and
+:class:`~mmaemu.nn.EmulatedFP8Linear` parse the three with :meth:`Options.parse`, so each is checked by
+one rule and in one order; the operator (:mod:`mmaemu.ops`) and the modules carry the profile by its
+name, :func:`~mmaemu.platforms.profiles.registered_name`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from .backends import Backend, parse_backend
+from .platforms.profiles import Profile, get_profile
+from .split import SplitK, SplitKSpec, parse_splitk
+
+__all__ = ["Options"]
+
+
+@dataclass(frozen=True)
+class Options:
+    """``profile``, ``splitk`` and ``backend`` of a call, each normalised.
+
+    Attributes:
+        profile: the reference platform (the process default, ``MMAEMU_PROFILE``, when None was passed).
+        splitk: ``"auto"`` or the explicit split.
+        backend: the requested backend (``Backend.AUTO`` is resolved per call: it depends on the device).
+    """
+
+    profile: Profile
+    splitk: SplitK | Literal["auto"]
+    backend: Backend
+
+    @classmethod
+    def parse(cls, profile: str | Profile | None = None, splitk: SplitKSpec = "auto",
+              backend: str | Backend = "auto", *, warn: bool = True) -> Options:
+        """Normalise the three arguments, in this order (the first invalid one raises).
+
+        Args:
+            profile: a profile name, a :class:`~mmaemu.platforms.profiles.Profile`, or None (the default).
+            splitk: ``"auto"``, ``1``, ``(S, scheme)`` or a :class:`~mmaemu.split.SplitK`.
+            backend: a backend name or :class:`~mmaemu.backends.Backend`.
+            warn: whether an experimental profile warns (``ExperimentalPresetWarning``).
+
+        Raises:
+            UnknownNameError: an unknown profile name (a ``ValueError`` and a ``KeyError``).
+            TypeError: a profile or backend of the wrong type.
+            ValueError: an invalid ``splitk`` or an unknown backend name, listing the accepted values.
+        """
+        return cls(get_profile(profile, warn=warn), parse_splitk(splitk), parse_backend(backend))
