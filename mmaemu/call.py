@@ -79,6 +79,40 @@ def _check_fast_accum(use_fast_accum: object, where: str) -> bool:
 _ZOO_WARNED: set[str] = set()
 
 
+def _accumulate_operands(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """:func:`accumulate`'s operand checks; whether the operands are of a zoo format (fp16, bf16, tf32)."""
+    for name, t in (("a", a), ("b", b)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a 2-D tensor (FP8, float16, bfloat16 or tf32 float32), not {type(t).__name__}")
+        if t.dim() != 2:
+            raise ValueError(f"{name} must be a 2-D matrix, got {t.dim()} dimensions")
+        if t.dtype not in FP8_DTYPES and t.dtype not in WIDE_DTYPES:
+            raise ValueError(
+                f"{name} must be float8_e4m3fn or float8_e5m2, or float16, bfloat16 or float32 holding tf32 values, "
+                f"got {t.dtype}"
+            )
+    wide = a.dtype in WIDE_DTYPES
+    if wide != (b.dtype in WIDE_DTYPES) or (wide and a.dtype != b.dtype):
+        raise ValueError(f"a is {a.dtype} and b is {b.dtype}: pass two FP8 matrices, or two of one of fp16, bf16, tf32")
+    if a.shape[1] != b.shape[1]:
+        raise ValueError(f"a [M, K] and b [N, K] must share K, got {tuple(a.shape)} and {tuple(b.shape)}")
+    if a.device != b.device:
+        raise ValueError(f"a and b must be on the same device, got {a.device} and {b.device}")
+    if a.device.type == "meta":
+        raise ValueError(
+            "mmaemu computes values; tensors on the 'meta' device have none. Pass CPU or CUDA tensors"
+        )
+    return wide
+
+
+def _accumulate_backend(requested: Backend, device: torch.device, preset: Preset | None) -> Backend:
+    """The backend of an :func:`accumulate` call (``preset`` None: a zoo format, which the Triton kernels do
+    not decode: Triton hands them to the reference backend). Raises BackendUnavailableError."""
+    chosen = resolve_backend(requested, device, preset)
+    require(chosen, device, preset)
+    return Backend.REFERENCE if preset is None and chosen is Backend.TRITON else chosen
+
+
 def accumulate(
     a: torch.Tensor,
     b: torch.Tensor,
@@ -124,8 +158,8 @@ def accumulate(
             ``splitk``, ``profile`` or ``backend``, or both ``profile`` and ``preset``.
         BackendUnavailableError: the requested backend cannot run on the operands' device.
         UnsupportedFeatureError: a preset that does not model the requested accumulation (for the
-            zoo formats: ``use_fast_accum=False``, split-K, or an architecture without the format).
-        UnsupportedFeatureError: ``a`` or ``b`` requires grad with grad mode on (inference only).
+            zoo formats: ``use_fast_accum=False``, split-K, or an architecture without the format);
+            ``a`` or ``b`` requires grad with grad mode on (inference only).
         MmaemuError: the CPU flushes subnormals (CPU tensors).
 
     Example:
@@ -142,27 +176,7 @@ def accumulate(
         True
     """
     fast = _check_fast_accum(use_fast_accum, "accumulate()")
-    for name, t in (("a", a), ("b", b)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a 2-D tensor (FP8, float16, bfloat16 or tf32 float32), not {type(t).__name__}")
-        if t.dim() != 2:
-            raise ValueError(f"{name} must be a 2-D matrix, got {t.dim()} dimensions")
-        if t.dtype not in FP8_DTYPES and t.dtype not in WIDE_DTYPES:
-            raise ValueError(
-                f"{name} must be float8_e4m3fn or float8_e5m2, or float16, bfloat16 or float32 holding tf32 values, "
-                f"got {t.dtype}"
-            )
-    wide = a.dtype in WIDE_DTYPES
-    if wide != (b.dtype in WIDE_DTYPES) or (wide and a.dtype != b.dtype):
-        raise ValueError(f"a is {a.dtype} and b is {b.dtype}: pass two FP8 matrices, or two of one of fp16, bf16, tf32")
-    if a.shape[1] != b.shape[1]:
-        raise ValueError(f"a [M, K] and b [N, K] must share K, got {tuple(a.shape)} and {tuple(b.shape)}")
-    if a.device != b.device:
-        raise ValueError(f"a and b must be on the same device, got {a.device} and {b.device}")
-    if a.device.type == "meta":
-        raise ValueError(
-            "mmaemu computes values; tensors on the 'meta' device have none. Pass CPU or CUDA tensors"
-        )
+    wide = _accumulate_operands(a, b)
     if profile is not None and preset is not None:
         raise ValueError("pass profile= or preset=, not both: preset= names the instruction a profile would choose")
     refuse_autograd(("a", a), ("b", b))
@@ -178,16 +192,7 @@ def accumulate(
     else:
         chosen_preset = get_profile(profile).preset if preset is None else instruction_preset(preset, a.dtype)
     _check_preset_supports(chosen_preset, fast, split)
-    requested = parse_backend(backend)
-    if wide:
-        # the Triton kernels decode FP8 only: Triton hands these formats to the reference backend
-        chosen = resolve_backend(requested, a.device, None)
-        require(chosen, a.device, None)
-        if chosen is Backend.TRITON:
-            chosen = Backend.REFERENCE
-    else:
-        chosen = resolve_backend(requested, a.device, chosen_preset)
-        require(chosen, a.device, chosen_preset)
+    chosen = _accumulate_backend(parse_backend(backend), a.device, None if wide else chosen_preset)
     if a.device.type == "cpu":
         check_cpu_subnormals()
     plan = plan_accumulation(a.shape[1], fast=fast, split=split)

@@ -303,6 +303,29 @@ def out_resize_warning(out: torch.Tensor | None, m: int, n: int) -> str | None:
     )
 
 
+def _check_shapes(mat1: torch.Tensor, mat2: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
+                  bias: torch.Tensor | None, scale_result: torch.Tensor | None) -> tuple[int, int, int, ScalingType]:
+    """torch 2.7.1's shape checks of the operands, scales and bias, in its order: (M, N, K, the scaling)."""
+    if mat1.dim() != 2:
+        raise _reject("mat1 must be a matrix")
+    if mat2.dim() != 2:
+        raise _reject("mat2 must be a matrix")
+    m, k = mat1.shape
+    k2, n = mat2.shape
+    if k != k2:
+        raise _reject(f"mat1 and mat2 shapes cannot be multiplied ({m}x{k} and {k2}x{n})")
+    scaling = _scaling_type(scale_a, scale_b, m, n, k)
+    if scale_result is not None and (scale_result.numel() != 1 or scale_result.dtype != torch.float32):
+        raise _reject("scale_result must be a float scalar")
+    if bias is not None and bias.numel() != n:
+        raise _reject(f"Bias must be size {n} but got {bias.numel()}")
+    if k % 16 != 0:
+        raise _reject(f"Expected trailing dimension of mat1 to be divisible by 16 but got mat1 shape: ({m}x{k}).")
+    if k % 16 != 0 or n % 16 != 0:
+        raise _reject(f"mat2 shape ({k}x{n}) must be divisible by 16")
+    return m, n, k, scaling
+
+
 def check_call(
     mat1: torch.Tensor,
     mat2: torch.Tensor,
@@ -335,23 +358,7 @@ def check_call(
     _check_devices([("out", out), ("self", mat1), ("mat2", mat2), ("scale_a", scale_a), ("scale_b", scale_b),
                     ("bias", bias), ("scale_result", scale_result)])
     _check_not_meta(mat1)
-    if mat1.dim() != 2:
-        raise _reject("mat1 must be a matrix")
-    if mat2.dim() != 2:
-        raise _reject("mat2 must be a matrix")
-    m, k = mat1.shape
-    k2, n = mat2.shape
-    if k != k2:
-        raise _reject(f"mat1 and mat2 shapes cannot be multiplied ({m}x{k} and {k2}x{n})")
-    scaling = _scaling_type(scale_a, scale_b, m, n, k)
-    if scale_result is not None and (scale_result.numel() != 1 or scale_result.dtype != torch.float32):
-        raise _reject("scale_result must be a float scalar")
-    if bias is not None and bias.numel() != n:
-        raise _reject(f"Bias must be size {n} but got {bias.numel()}")
-    if k % 16 != 0:
-        raise _reject(f"Expected trailing dimension of mat1 to be divisible by 16 but got mat1 shape: ({m}x{k}).")
-    if k % 16 != 0 or n % 16 != 0:
-        raise _reject(f"mat2 shape ({k}x{n}) must be divisible by 16")
+    m, n, k, scaling = _check_shapes(mat1, mat2, scale_a, scale_b, bias, scale_result)
     result_dtype = out.dtype if out is not None else (out_dtype if out_dtype is not None else mat1.dtype)
     if out is not None and out_dtype is not None and out_dtype != out.dtype:
         raise _reject("out_dtype must match output matrix type")

@@ -30,7 +30,7 @@ import enum
 
 import torch
 
-from .formats import OUT_DTYPES, out_format_of
+from .formats import OUT_DTYPES, OutFormat, out_format_of
 from .host import check_cpu_subnormals, refuse_autograd
 
 __all__ = ["BiasOrder", "epilogue"]
@@ -129,17 +129,25 @@ def epilogue(
         check_cpu_subnormals()  # MmaemuError under flush-to-zero: the fp32 rounding needs subnormals
     b32 = None if bias is None else _bias_fp32(bias, acc, fmt.fp8 is None and out_dtype != torch.float32)
     alpha = (sa * sb).to(torch.float32)  # exact product, one rounding to fp32
+    return _round_to_output(_scaled_fp32(acc, alpha, b32, bias_order), fmt, sr)
+
+
+def _scaled_fp32(acc: torch.Tensor, alpha: torch.Tensor, b32: torch.Tensor | None, bias_order: BiasOrder) -> torch.Tensor:
+    """The first rounding: ``acc * alpha`` (and the bias, by ``bias_order``) rounded to fp32."""
     # fma(acc, alpha, +0): the float64 product is exact (24 x 24 bits, no float64 underflow);
     # adding +0.0 turns only an exactly-zero product into +0; then one rounding to fp32.
     product = acc.to(torch.float64) * alpha.to(torch.float64)
     if b32 is None:
-        y = (product + 0.0).to(torch.float32)
-    elif bias_order is BiasOrder.AFTER_SCALE:
-        y = ((product + 0.0).to(torch.float32).to(torch.float64) + b32.to(torch.float64)).to(torch.float32)
-    elif bias_order is BiasOrder.FUSED:
-        y = _round_sum_to_fp32(product, b32.to(torch.float64).expand_as(product))
-    else:
-        raise TypeError(f"bias_order must be a BiasOrder, got {bias_order!r}")
+        return (product + 0.0).to(torch.float32)
+    if bias_order is BiasOrder.AFTER_SCALE:
+        return ((product + 0.0).to(torch.float32).to(torch.float64) + b32.to(torch.float64)).to(torch.float32)
+    if bias_order is BiasOrder.FUSED:
+        return _round_sum_to_fp32(product, b32.to(torch.float64).expand_as(product))
+    raise TypeError(f"bias_order must be a BiasOrder, got {bias_order!r}")
+
+
+def _round_to_output(y: torch.Tensor, fmt: OutFormat, sr: torch.Tensor | None) -> torch.Tensor:
+    """The second rounding: fp32 ``y`` into ``fmt`` (FP8: times ``sr``, saturated), NaN as ``fmt``'s canonical NaN."""
     nan = torch.isnan(y)
     fp8 = fmt.fp8
     if fp8 is not None:

@@ -166,6 +166,22 @@ def _record_warnings() -> Iterator[list[tuple[str, str]]]:
         yield caught
 
 
+def _shape_and_dtype(mat1: object, mat2: object, checked: CheckedCall | None,
+                     out_dtype: object) -> tuple[tuple[int, int, int] | None, str | None]:
+    """(M, N, K) when both operands are matrices, and the output dtype's name: the checked call's, else
+    ``out_dtype``, else ``mat1``'s (None when nothing says)."""
+    shape = None
+    if isinstance(mat1, torch.Tensor) and isinstance(mat2, torch.Tensor) and mat1.dim() == 2 and mat2.dim() == 2:
+        shape = (int(mat1.shape[0]), int(mat2.shape[1]), int(mat1.shape[1]))
+    if checked is not None:
+        dtype_name: str | None = str(checked.out_dtype).replace("torch.", "")
+    elif isinstance(out_dtype, torch.dtype):
+        dtype_name = str(out_dtype).replace("torch.", "")
+    else:
+        dtype_name = str(mat1.dtype).replace("torch.", "") if isinstance(mat1, torch.Tensor) else None
+    return shape, dtype_name
+
+
 def explain(
     mat1: torch.Tensor,
     mat2: torch.Tensor,
@@ -223,15 +239,7 @@ def explain(
         prof = prof or get_profile(profile, warn=False)
     except (KeyError, TypeError, ValueError):
         prof = None
-    shape = None
-    if isinstance(mat1, torch.Tensor) and isinstance(mat2, torch.Tensor) and mat1.dim() == 2 and mat2.dim() == 2:
-        shape = (int(mat1.shape[0]), int(mat2.shape[1]), int(mat1.shape[1]))
-    if checked is not None:
-        dtype_name: str | None = str(checked.out_dtype).replace("torch.", "")
-    elif isinstance(out_dtype, torch.dtype):
-        dtype_name = str(out_dtype).replace("torch.", "")
-    else:
-        dtype_name = str(mat1.dtype).replace("torch.", "") if isinstance(mat1, torch.Tensor) else None
+    shape, dtype_name = _shape_and_dtype(mat1, mat2, checked, out_dtype)
     validated, reason = _validated(validation, prof, decision, tuple(caught))
     return CallPlan(
         validation=validation,

@@ -153,3 +153,29 @@ def test_export_holds_the_operator_and_gives_the_bits_of_eager() -> None:
     assert targets.count(torch.ops.mmaemu.scaled_mm.default) == 2
     with torch.inference_mode():
         assert_bitwise_equal(exported.module()(x), model(x))
+
+
+def test_operator_and_module_take_the_same_profiles() -> None:
+    """One rule (platforms.profiles.registered_name) for the profile the operator and the module carry: a
+    user-registered Profile object is accepted by both (the operator took built-in ones only), a copy
+    under a registered name by neither."""
+    import dataclasses
+
+    from mmaemu.platforms import register_profile, unregister_profile
+    from mmaemu.platforms.profiles import PROFILES
+
+    mine = dataclasses.replace(PROFILES["hopper"], name="ops-test-hopper")
+    register_profile(mine)
+    try:
+        a, b, sa, sb = _operands(16, 32, 64)
+        y = ops.scaled_mm(a, b.t(), sa, sb, out_dtype=torch.bfloat16, use_fast_accum=True, profile=mine, splitk=1)
+        assert_bitwise_equal(y, mmaemu.scaled_mm(a, b.t(), sa, sb, out_dtype=torch.bfloat16, use_fast_accum=True,
+                                                 profile="hopper", splitk=1))
+        assert EmulatedFP8Linear(b.float(), weight_scale=1.0, input_scale=None, profile=mine).profile == mine.name
+        copy = dataclasses.replace(mine)
+        with pytest.raises(ValueError, match="not the profile registered under that name"):
+            ops.scaled_mm(a, b.t(), sa, sb, out_dtype=torch.bfloat16, use_fast_accum=True, profile=copy, splitk=1)
+        with pytest.raises(ValueError, match="not the profile registered under that name"):
+            EmulatedFP8Linear(b.float(), weight_scale=1.0, input_scale=None, profile=copy)
+    finally:
+        unregister_profile(mine.name)

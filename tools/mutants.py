@@ -155,14 +155,16 @@ MUTANTS: tuple[Mutant, ...] = (
            "return tuple((j,) for j in reversed(range(parts)))",
            "serial and contiguous parts added last to first", SPLIT),
     # --- epilogue and NaN rule (mmaemu/epilogue.py, mmaemu/call.py, mmaemu/formats.py)
-    Mutant("single-rounding", "mmaemu/epilogue.py", "        out = y.to(fmt.dtype)\n",
-           "        out = (acc.to(torch.float64) * alpha.to(torch.float64)).to(fmt.dtype)\n",
+    Mutant("single-rounding", "mmaemu/epilogue.py",
+           "    return _round_to_output(_scaled_fp32(acc, alpha, b32, bias_order), fmt, sr)\n",
+           "    return _round_to_output(acc.to(torch.float64) * alpha.to(torch.float64) if b32 is None and fmt.fp8 is None "
+           "else _scaled_fp32(acc, alpha, b32, bias_order), fmt, sr)\n",
            "bf16/fp16 rounded once from the exact product instead of twice (via fp32)", EPILOGUE),
     Mutant("alpha-not-rounded", "mmaemu/epilogue.py", "alpha = (sa * sb).to(torch.float32)",
            "alpha = sa * sb", "scale_a * scale_b kept exact instead of rounded to fp32", EPILOGUE),
     Mutant("multiply-then-add", "mmaemu/epilogue.py",
-           "        y = (product + 0.0).to(torch.float32)\n",
-           "        y = acc * alpha + 0.0\n", "fma(acc, alpha, +0) replaced by an fp32 multiply then + 0", EPILOGUE),
+           "        return (product + 0.0).to(torch.float32)\n",
+           "        return acc * alpha + 0.0\n", "fma(acc, alpha, +0) replaced by an fp32 multiply then + 0", EPILOGUE),
     Mutant("inference-k-floor-too-high", "mmaemu/platforms/inference.py",
            "_SWEEP_K[0], 5135, _SWEEP_M, _SWEEP_N),\n    \"cuBLASLt splits only long K: the H100 sweep's dense K part "
            "first splits at K = 5,136 at 1 MiB \"\n    \"(specified), and every 1 MiB table row with K <= 5,120 is "
@@ -183,8 +185,8 @@ MUTANTS: tuple[Mutant, ...] = (
            "    odd = torch.where(inexact, torch.nextafter(s, toward), s)\n", "    odd = s\n",
            "the fused bias order's sum rounded to float64, then to fp32 (no round-to-odd)", ("tests/test_epilogue.py",)),
     Mutant("bias-after-scale-fused", "mmaemu/epilogue.py",
-           "        y = ((product + 0.0).to(torch.float32).to(torch.float64) + b32.to(torch.float64)).to(torch.float32)\n",
-           "        y = (product + b32.to(torch.float64)).to(torch.float32)\n",
+           "        return ((product + 0.0).to(torch.float32).to(torch.float64) + b32.to(torch.float64)).to(torch.float32)\n",
+           "        return (product + b32.to(torch.float64)).to(torch.float32)\n",
            "the after-scale bias order without its first rounding to fp32", ("tests/test_epilogue.py",)),
     Mutant("saturation-off", "mmaemu/epilogue.py", "out = torch.clamp(y, -limit, limit).to(fmt.dtype)",
            "out = y.to(fmt.dtype)", "FP8 outputs not saturated to the largest finite value", EPILOGUE),

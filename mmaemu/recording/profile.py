@@ -48,6 +48,38 @@ def replay_report(rec: Recording) -> dict[str, Any] | None:
     return report if isinstance(report, dict) else None
 
 
+def _chosen(rec: Recording, rows: TableRows, verdict: ProbeVerdict, preset: Preset | None,
+            split_family: SplitFamily | None) -> tuple[Preset, SplitFamily]:
+    """The preset and split family: the arguments', else the probes' verdict; a recording without splits
+    needs no family (contiguous is taken, it plays no part)."""
+    chosen_preset = preset if preset is not None else verdict.preset
+    if chosen_preset is None:
+        raise ValueError(f"{rec.path}: the probes fit no preset ({verdict.summary}); pass preset= to build a profile anyway")
+    family = split_family if split_family is not None else verdict.split_family
+    if family is None:
+        if bool((rows.S > 1).any()):
+            raise ValueError(f"{rec.path}: the probes decide no split family ({verdict.summary}); pass split_family=")
+        family = SplitFamily.CONTIGUOUS
+    return chosen_preset, family
+
+
+def _evidence(rec: Recording, proof: _ReplayProof, verdict: ProbeVerdict, preset: Preset | None,
+              split_family: SplitFamily | None, env_status: dict[Any, Any], n_rows: int, n_heldout: int) -> dict[str, Any]:
+    """``profile.evidence``: what the recording, its replay and its probes proved, and what the caller chose."""
+    return {
+        "recording": str(rec.path), "recording_digest": rec.digest,
+        "sections": dict(rec.manifest.get("sections", {})),
+        "replay": proof.status, "live_calls_equal": proof.live_equal, "live_calls": proof.live_total,
+        "verified_split_combos": len(proof.verified),
+        "probes": verdict.summary, "preset_from": "probes" if preset is None else "argument",
+        "split_family_from": "probes" if split_family is None and verdict.split_family is not None else
+                             ("argument" if split_family is not None else "no splits recorded"),
+        "envelope": env_status, "heuristic_rows": n_rows, "heldout_rows": n_heldout,
+        "bias_order": (verdict.bias_order.value if verdict.bias_order is not None and preset is None
+                       else "not decided" if verdict.bias_probes else "not recorded"),
+    }
+
+
 def profile_from_recording(directory: str | os.PathLike[str] | Recording, *, name: str | None = None,
                            workspace_bytes: int | None = None, preset: str | Preset | None = None,
                            split_family: SplitFamily | None = None, report: Mapping[str, Any] | None = None,
@@ -95,14 +127,7 @@ def profile_from_recording(directory: str | os.PathLike[str] | Recording, *, nam
     envelope["validation"] = validate_envelope(envelope, rows.select(held))
     if verdict is None:
         verdict = verdict_from_recording(rec)
-    chosen_preset = preset if preset is not None else verdict.preset
-    if chosen_preset is None:
-        raise ValueError(f"{rec.path}: the probes fit no preset ({verdict.summary}); pass preset= to build a profile anyway")
-    family = split_family if split_family is not None else verdict.split_family
-    if family is None:
-        if bool((rows.S > 1).any()):
-            raise ValueError(f"{rec.path}: the probes decide no split family ({verdict.summary}); pass split_family=")
-        family = SplitFamily.CONTIGUOUS
+    chosen_preset, family = _chosen(rec, rows, verdict, preset, split_family)
     ws = int(workspace_bytes if workspace_bytes is not None else env.get("torch_workspace_bytes", 1 << 20))
     if ws == 0 and bool((rows.S[(rows.setting & 3) == WS_BYTES.index(0)] > 1).any()):
         raise ValueError(f"{rec.path}: this GPU split K without a workspace; a workspace-0 profile would be wrong off the table")
@@ -110,18 +135,7 @@ def profile_from_recording(directory: str | os.PathLike[str] | Recording, *, nam
     table = _table(rec, columns, envelope, proof)
     validated = proof.passed and proof.live_equal > 0 and preset is None and verdict.preset is not None
     env_status = {ws_: v["status"] for ws_, v in envelope["validation"].items()}
-    evidence = {
-        "recording": str(rec.path), "recording_digest": rec.digest,
-        "sections": dict(rec.manifest.get("sections", {})),
-        "replay": proof.status, "live_calls_equal": proof.live_equal, "live_calls": proof.live_total,
-        "verified_split_combos": len(proof.verified),
-        "probes": verdict.summary, "preset_from": "probes" if preset is None else "argument",
-        "split_family_from": "probes" if split_family is None and verdict.split_family is not None else
-                             ("argument" if split_family is not None else "no splits recorded"),
-        "envelope": env_status, "heuristic_rows": len(rows), "heldout_rows": int(held.sum()),
-        "bias_order": (verdict.bias_order.value if verdict.bias_order is not None and preset is None
-                       else "not decided" if verdict.bias_probes else "not recorded"),
-    }
+    evidence = _evidence(rec, proof, verdict, preset, split_family, env_status, len(rows), int(held.sum()))
     source = (f"recording {rec.path.name} ({env.get('gpu')}, cuBLASLt {env.get('cublaslt')}, digest {rec.digest[:12]}): "
               f"replay {proof.status}, {proof.live_equal} of {proof.live_total} live calls equal; "
               f"{len(rows):,} heuristic rows; envelope {env_status or 'none'}; probes: {verdict.summary}")

@@ -335,6 +335,36 @@ def _stopped(found: Inspection, problems: dict[str, str], failures: list[str]) -
     )
 
 
+def _replay_calls(rec: Recording, chosen: Preset | None, family: SplitFamily | None, backend: str,
+                  failures: list[str]) -> tuple[list[CallOutcome], dict[str, dict[str, int]], set[tuple[bool, int, str, str, str]]]:
+    """Every recorded call replayed under ``chosen`` and ``family`` (none when either is unknown): the
+    outcomes, the totals per call class, and the split settings the equal calls verify. Appends to
+    ``failures`` one line per reason of inequality."""
+    outcomes: list[CallOutcome] = []
+    by_class: dict[str, dict[str, int]] = {c.value: {"total": 0, "equal": 0} for c in CallClass}
+    verified: set[tuple[bool, int, str, str, str]] = set()
+    if rec.calls and (chosen is None or family is None):
+        failures.append("calls: not replayed: " + ("no preset fits the probes (pass --preset)" if chosen is None
+                                                   else "no split family fits the probes (pass --split-family)"))
+    elif rec.calls:
+        assert chosen is not None and family is not None
+        profile = _replay_profile(rec, chosen, family)
+        for call in rec.calls:
+            o = _replay_call(call, rec, profile, backend)
+            outcomes.append(o)
+            by_class[o.call_class.value]["total"] += 1
+            by_class[o.call_class.value]["equal"] += int(o.equal)
+            if o.equal and call.S > 1 and call.error is None:
+                setting = Setting(call.fmt_a, call.fmt_b, call.out, call.fast, call.workspace_bytes)
+                verified.add(setting.combo(call.S, scheme_for(profile, call.S, call.custom)))
+    bad = [o for o in outcomes if not o.equal]
+    for reason in sorted({o.reason for o in bad}):
+        group = [o for o in bad if o.reason == reason]
+        classes = sorted({o.call_class.value for o in group})
+        failures.append(f"calls: {len(group)} {reason} ({', '.join(classes)}; ids {[o.id for o in group[:10]]})")
+    return outcomes, by_class, verified
+
+
 def replay(path: str | os.PathLike[str], *, backend: str = "auto", preset: str | Preset | None = None,
            split_family: SplitFamily | None = None, write: bool = True) -> ReplayReport:
     """Replay a recording through the emulator (see the module docstring).
@@ -386,28 +416,7 @@ def replay(path: str | os.PathLike[str], *, backend: str = "auto", preset: str |
     family = split_family if split_family is not None else verdict.split_family
     if family is None and not any(c.S > 1 for c in rec.calls):
         family = SplitFamily.CONTIGUOUS  # no split call: the family plays no part
-    outcomes: list[CallOutcome] = []
-    by_class: dict[str, dict[str, int]] = {c.value: {"total": 0, "equal": 0} for c in CallClass}
-    verified: set[tuple[bool, int, str, str, str]] = set()
-    if rec.calls and (chosen is None or family is None):
-        failures.append("calls: not replayed: " + ("no preset fits the probes (pass --preset)" if chosen is None
-                                                   else "no split family fits the probes (pass --split-family)"))
-    elif rec.calls:
-        assert chosen is not None and family is not None
-        profile = _replay_profile(rec, chosen, family)
-        for call in rec.calls:
-            o = _replay_call(call, rec, profile, backend)
-            outcomes.append(o)
-            by_class[o.call_class.value]["total"] += 1
-            by_class[o.call_class.value]["equal"] += int(o.equal)
-            if o.equal and call.S > 1 and call.error is None:
-                setting = Setting(call.fmt_a, call.fmt_b, call.out, call.fast, call.workspace_bytes)
-                verified.add(setting.combo(call.S, scheme_for(profile, call.S, call.custom)))
-    bad = [o for o in outcomes if not o.equal]
-    for reason in sorted({o.reason for o in bad}):
-        group = [o for o in bad if o.reason == reason]
-        classes = sorted({o.call_class.value for o in group})
-        failures.append(f"calls: {len(group)} {reason} ({', '.join(classes)}; ids {[o.id for o in group[:10]]})")
+    outcomes, by_class, verified = _replay_calls(rec, chosen, family, backend, failures)
     heuristics: dict[str, Any] = {}
     if rec.has_table():
         heuristics = _heuristics(rec, chosen or get_preset("hopper", warn=False), family or SplitFamily.CONTIGUOUS,
