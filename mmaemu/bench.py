@@ -157,7 +157,7 @@ print(time.perf_counter() - start)
 
 #: Rows of ``a`` on which each zoo configuration is checked against the reference backend (whose
 #: float64 arithmetic takes tens of seconds for 8 rows of 4096 x 4096 on a loaded 2-core machine;
-#: ``tests/test_differential.py`` checks the zoo kernels bit for bit on every path).
+#: ``tests/unit/test_differential.py`` checks the zoo kernels bit for bit on every path).
 ZOO_CHECK_ROWS = 8
 
 

@@ -35,21 +35,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--full", action="store_true", help="run exhaustive tests instead of samples")
 
 
-#: The test tiers, by module: ``pytest -m evidence`` (or hostile, integration, tools, docs, unit) runs one.
-#: A module not named here is a unit test. tests/test_architecture.py checks that every name here exists.
-TIERS: dict[str, tuple[str, ...]] = {
-    "evidence": ("test_hw_vectors", "test_rtx4060_recordings", "test_call_records", "test_zoo_vectors",
-                 "test_platform", "test_slowmodel", "test_against_slowmodel", "test_zoo_slowmodel"),
-    "hostile": ("test_hostile_call", "test_hostile_cli", "test_hostile_numerics", "test_hostile_recordings",
-                "test_hostile_states"),
-    "integration": ("test_torchao", "test_emulate", "test_nn", "test_ops", "test_distributed", "test_functional",
-                    "test_record_replay", "test_probes"),
-    "tools": ("test_device_check", "test_gpu_static", "test_check_vectorised", "test_evidence_tools",
-              "test_envelope_fit", "test_pairwise_rules", "test_bench_cli", "test_architecture"),
-    "docs": ("test_readme", "test_docs_blocks", "test_notebook", "test_quickstart", "test_examples",
-             "test_numba_cache"),
-}
-TIER_OF = {module: tier for tier, modules in TIERS.items() for module in modules}
+#: The test tiers, one folder each under tests/: ``pytest tests/hostile`` or ``pytest -m hostile`` runs one.
+#: ``unit`` (named after the module it tests), ``evidence`` (hardware vectors and recordings, the slow
+#: model), ``hostile`` (refusals and hostile input), ``integration`` (torchao, emulate, nn, the operator,
+#: torch.distributed, recordings end to end), ``tools`` and ``docs``. Doctests of the package are unit tests.
+TIERS = ("unit", "evidence", "hostile", "integration", "tools", "docs")
+TESTS = Path(__file__).resolve().parent
+
+
+def tier_of(path: Path) -> str:
+    """The tier of a collected file: its folder under tests/ (``unit`` for the package's doctests)."""
+    folder = Path(path).resolve().parent
+    return folder.name if folder.parent == TESTS and folder.name in TIERS else "unit"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -57,8 +54,8 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("--full"):
         os.environ["MMAEMU_FULL"] = "1"
         FULL = True
-    for tier in (*TIERS, "unit"):
-        config.addinivalue_line("markers", f"{tier}: the {tier} tier of the tests (tests/conftest.py TIERS)")
+    for tier in TIERS:
+        config.addinivalue_line("markers", f"{tier}: the {tier} tier of the tests (the folder tests/{tier})")
 
 
 def require(path: Path) -> Path:
@@ -89,7 +86,7 @@ TRITON_CASES = 2
 TRITON_CASES_OF = {"test_backend_equals_reference_backend": 8}
 #: Test functions whose every case takes the interpreter a minute or more (K up to 2**16, S up to 32):
 #: their Triton cases run with ``--full`` only. CI still runs pairwise combination at S = 5, 11 and 20
-#: in the interpreter (tests/test_triton_backend.py::test_pairwise_combination_at_large_s).
+#: in the interpreter (tests/unit/test_triton_backend.py::test_pairwise_combination_at_large_s).
 TRITON_FULL_ONLY = frozenset({
     "test_split_combination_order_matters_and_matches",
     "test_combination_order_probes_up_to_32_parts",
@@ -113,7 +110,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Mark each test with its tier; outside ``--full``, keep a fixed sample of ``TRITON_CASES`` Triton
     cases of each test function (none of those in ``TRITON_FULL_ONLY``)."""
     for item in items:
-        item.add_marker(getattr(pytest.mark, TIER_OF.get(item.path.stem, "unit")))
+        item.add_marker(getattr(pytest.mark, tier_of(item.path)))
     if FULL:
         return
     groups: dict[str, list[int]] = {}

@@ -38,18 +38,18 @@ from evidence import evidence_root  # noqa: E402
 SHARED = evidence_root()
 
 # Test selections (pytest arguments), fastest first so that a killed mutant stops early.
-MODEL = ("tests/test_hw_vectors.py", "tests/test_model.py", "tests/test_formats.py",
-         "tests/test_against_slowmodel.py", "-k", "not cpu and not triton")
-SPLIT = ("tests/test_accumulation.py", "tests/test_against_slowmodel.py", "tests/test_rtx4060_recordings.py",
+MODEL = ("tests/evidence/test_hw_vectors.py", "tests/unit/test_model.py", "tests/unit/test_formats.py",
+         "tests/evidence/test_against_slowmodel.py", "-k", "not cpu and not triton")
+SPLIT = ("tests/unit/test_accumulation.py", "tests/evidence/test_against_slowmodel.py", "tests/evidence/test_rtx4060_recordings.py",
          "-k", "not cpu and not triton")
-EPILOGUE = ("tests/test_against_slowmodel.py", "tests/test_contract_table.py", "tests/test_call_records.py",
-            "tests/test_rtx4060_recordings.py", "-k", "not cpu and not triton")
-CPU = ("tests/test_cpu_backend.py", "tests/test_differential.py", "tests/test_against_slowmodel.py",
-       "tests/test_rtx4060_recordings.py", "-k", "cpu or differential")
-ZOO = ("tests/test_zoo_slowmodel.py", "tests/test_zoo_accumulate.py", "tests/test_differential.py",
-       "tests/test_zoo_vectors.py", "-k", "not triton and not fit_tool and (zoo or accumulate or chain or recomputes "
+EPILOGUE = ("tests/evidence/test_against_slowmodel.py", "tests/unit/test_contract_table.py", "tests/evidence/test_call_records.py",
+            "tests/evidence/test_rtx4060_recordings.py", "-k", "not cpu and not triton")
+CPU = ("tests/unit/test_cpu_backend.py", "tests/unit/test_differential.py", "tests/evidence/test_against_slowmodel.py",
+       "tests/evidence/test_rtx4060_recordings.py", "-k", "cpu or differential")
+ZOO = ("tests/evidence/test_zoo_slowmodel.py", "tests/unit/test_zoo_accumulate.py", "tests/unit/test_differential.py",
+       "tests/evidence/test_zoo_vectors.py", "-k", "not triton and not fit_tool and (zoo or accumulate or chain or recomputes "
        "or replay or discriminates)")
-CALL = ("tests/test_contract_table.py", "tests/test_call_records.py", "tests/test_platform.py",
+CALL = ("tests/unit/test_contract_table.py", "tests/evidence/test_call_records.py", "tests/evidence/test_platform.py",
         "-k", "not cpu and not triton")
 
 
@@ -148,7 +148,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("combination-pairwise-as-serial-every-backend", "mmaemu/accumulation.py",
            "    if scheme is Scheme.PAIRWISE:\n        return pairwise_steps(parts)\n",
            "", "the one combination definition broken: every backend's recorded pairwise outputs must fail",
-           ("tests/test_against_slowmodel.py", "-k", "pairwise_order_on_every_backend", "-rf"),
+           ("tests/evidence/test_against_slowmodel.py", "-k", "pairwise_order_on_every_backend", "-rf"),
            every_backend=("reference", "cpu", "triton")),
     Mutant("serial-reversed", "mmaemu/accumulation.py",
            "return tuple((j,) for j in range(parts))",
@@ -171,23 +171,23 @@ MUTANTS: tuple[Mutant, ...] = (
            "unsplit\",\n    k_floor=5136,",
            "_SWEEP_K[0], 6143, _SWEEP_M, _SWEEP_N),\n    \"cuBLASLt splits only long K\",\n    k_floor=6144,",
            "the H100 K-floor inference's domain reaches K = 6,143 (recorded 1 MiB rows split there)",
-           ("tests/test_inference.py",)),
+           ("tests/unit/test_inference.py",)),
     Mutant("hmma-rewrite-steps-swapped", "mmaemu/model.py",
            "    return k[k % 4 < 2], k[k % 4 >= 2]", "    return k[k % 4 >= 2], k[k % 4 < 2]",
            "the FP8-to-fp16 HMMA rewrite adds the high pairs (k mod 4 in {2, 3}) first",
-           ("tests/test_hw_vectors.py", "-k", "fp16_accumulator")),
+           ("tests/evidence/test_hw_vectors.py", "-k", "fp16_accumulator")),
     Mutant("hmma-rewrite-c-in-first-step", "mmaemu/model.py",
            "        d = torch.zeros_like(c)\n        for positions in _rewrite_positions(",
            "        d = c.clone()\n        c = torch.zeros_like(c)\n        for positions in _rewrite_positions(",
            "the HMMA rewrite starts its first step from c instead of adding c last",
-           ("tests/test_hw_vectors.py", "-k", "fp16_accumulator")),
+           ("tests/evidence/test_hw_vectors.py", "-k", "fp16_accumulator")),
     Mutant("bias-fused-rounded-twice", "mmaemu/epilogue.py",
            "    odd = torch.where(inexact, torch.nextafter(s, toward), s)\n", "    odd = s\n",
-           "the fused bias order's sum rounded to float64, then to fp32 (no round-to-odd)", ("tests/test_epilogue.py",)),
+           "the fused bias order's sum rounded to float64, then to fp32 (no round-to-odd)", ("tests/unit/test_epilogue.py",)),
     Mutant("bias-after-scale-fused", "mmaemu/epilogue.py",
            "        return ((product + 0.0).to(torch.float32).to(torch.float64) + b32.to(torch.float64)).to(torch.float32)\n",
            "        return (product + b32.to(torch.float64)).to(torch.float32)\n",
-           "the after-scale bias order without its first rounding to fp32", ("tests/test_epilogue.py",)),
+           "the after-scale bias order without its first rounding to fp32", ("tests/unit/test_epilogue.py",)),
     Mutant("saturation-off", "mmaemu/epilogue.py", "out = torch.clamp(y, -limit, limit).to(fmt.dtype)",
            "out = y.to(fmt.dtype)", "FP8 outputs not saturated to the largest finite value", EPILOGUE),
     Mutant("scale-result-single-rounding", "mmaemu/epilogue.py",
@@ -195,7 +195,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "y * scale_result not rounded to fp32 before the FP8 conversion", EPILOGUE,
            equivalent="torch converts float64 to float8 through float32 (torch.tensor(1.0625 + 2**-27, "
                       "dtype=torch.float64).to(torch.float8_e4m3fn) is 1.0), so the removed rounding happens "
-                      "anyway; tests/test_against_slowmodel.py::test_epilogue_rounds_twice pins the double rounding"),
+                      "anyway; tests/evidence/test_against_slowmodel.py::test_epilogue_rounds_twice pins the double rounding"),
     Mutant("fp32-nan-payload", "mmaemu/formats.py", "FP32_CANONICAL_NAN = 0x7FFFFFFF",
            "FP32_CANONICAL_NAN = 0x7FC00000", "fp32 NaN written with the x86 payload 0x7FC00000", EPILOGUE),
     Mutant("bf16-nan-payload", "mmaemu/formats.py", "BFLOAT16 = _OutSpec(torch.bfloat16, 16, 0x7FFF)",
@@ -238,7 +238,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("dispatch-no-delegation", "mmaemu/backends/dispatch.py",
            "    if not executor.expresses(preset, (a.dtype, b.dtype)):",
            "    if False:", "the dispatcher runs a backend's kernels on presets they do not express",
-           ("tests/test_differential.py", "tests/test_triton_backend.py", "-k", "differential or delegated")),
+           ("tests/unit/test_differential.py", "tests/unit/test_triton_backend.py", "-k", "differential or delegated")),
     Mutant("cpu-pairwise-pairs-one-by-one", "mmaemu/backends/cpu_scratch.py",
            "np.asarray(flat.role, np.int64), block)", "np.zeros(len(flat.role), np.int64), block)",
            "cpu: pairwise pairs added to the total one part at a time", CPU, env=PORTABLE),

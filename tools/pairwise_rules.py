@@ -6,7 +6,7 @@ record replays with), and each candidate rule combines them; the epilogue then g
 that is compared, bit for bit, with the hardware's. The rule mmaemu uses
 (:func:`mmaemu.accumulation.pairwise_steps`) must fail no record; every rejected candidate is
 listed with the records that reject it. This is the evidence behind the ``[Note: pairwise
-combination]``; ``tests/test_pairwise_rules.py`` checks it on the records the note names.
+combination]``; ``tests/tools/test_pairwise_rules.py`` checks it on the records the note names.
 
 Usage::
 

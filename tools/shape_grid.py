@@ -166,8 +166,8 @@ def table_markdown(data: dict[str, Any]) -> str:
             cells = [" / ".join(str(modes[mode][s]) for mode, *_ in MODES) for s in shown]
             lines.append(f"| `{p}` | {g} ({data['grids'][g]['shapes']}) | " + " | ".join(cells) + " |")
     rules_intro = ("Each inference rule against every row of its recorded table (`mmaemu/data/splitk`; "
-                   "`python tools/shape_grid.py --rules`, `tests/test_inference.py`):")
-    header = ("| rule (`tests/test_inference.py`) | shipped | table rows | rows checked | contradictions "
+                   "`python tools/shape_grid.py --rules`, `tests/unit/test_inference.py`):")
+    header = ("| rule (`tests/unit/test_inference.py`) | shipped | table rows | rows checked | contradictions "
               "| split rows checked against the mechanism | contradictions |")
     lines += ["", rules_intro, "", header, "|---|---|---|---|---|---|---|"]
     for r in data["rules"]:

@@ -45,7 +45,7 @@ import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "evidence"), str(ROOT / "tests" / "unit")]  # the replays' modules
 sys.path.insert(0, str(ROOT / "tools"))
 
 import mmaemu  # noqa: E402
@@ -68,7 +68,7 @@ def hardware_vectors() -> list[str]:
 
     lines = ["## Hardware vectors", "",
              "Each file: 5,000 K = 32 dot products recorded on a GPU (Khattak and Mikaitis; the MATLAB",
-             "tensor-core toolbox), replayed through `mmaemu.model.dot` (`tests/test_hw_vectors.py`).", "",
+             "tensor-core toolbox), replayed through `mmaemu.model.dot` (`tests/evidence/test_hw_vectors.py`).", "",
              "| file | GPU, instruction | preset | records | outputs equal | mismatches by output class |",
              "|---|---|---|---|---|---|"]
     manifest = json.loads((hw.HW_VECTORS / "manifest.json").read_text())["files"]
@@ -83,7 +83,7 @@ def hardware_vectors() -> list[str]:
                      f"{diff.total - diff.differing:,} | {by_class} |")
     lines += ["", "The same files' fp16-accumulator outputs (`d_fp16acc_bits`: `mma.sync.m16n8k32` with an fp16",
               "accumulator on each GPU, c rounded to fp16), replayed through `mmaemu.model.dot` with an fp16 `c`",
-              "(`tests/test_hw_vectors.py`; the alternatives each rule was told apart from: `python tools/zoo_fit.py`).", "",
+              "(`tests/evidence/test_hw_vectors.py`; the alternatives each rule was told apart from: `python tools/zoo_fit.py`).", "",
               "| file | preset | records | outputs equal (fp16 bit patterns) |", "|---|---|---|---|"]
     for name, preset in hw.FP16_FILES:
         differing, total = hw.replay_fp16(name, preset)
@@ -96,7 +96,7 @@ def zoo_vectors() -> list[str]:
 
     lines = ["## Hardware vectors: the zoo (fp16, bf16, tf32)", "",
              "Each file: 5,000 dot products (K = 4, 8 or 16) recorded with WMMA on a GPU, replayed through",
-             "`mmaemu.model.dot` on the preset of its architecture (`tests/test_zoo_vectors.py`; the neighbouring",
+             "`mmaemu.model.dot` on the preset of its architecture (`tests/evidence/test_zoo_vectors.py`; the neighbouring",
              "models each fail hundreds, `python tools/zoo_fit.py`, docs/data/zoo_fit.json).", "",
              "| file | preset | instruction (B, F) | records | outputs equal (fp32 accumulator) | fp16 accumulator |",
              "|---|---|---|---|---|---|"]
@@ -146,8 +146,8 @@ def rtx4060() -> list[str]:
 
     backends = ["reference"] + (["cpu"] if cpu.available()[0] else [])
     lines = ["## RTX 4060 recordings", "",
-             "Recorded with torch 2.7.1 and cuBLASLt 12.8.3.14 (`tests/test_rtx4060_recordings.py`,",
-             "`tests/test_call_records.py`). Outputs are compared as bits; error records must raise the",
+             "Recorded with torch 2.7.1 and cuBLASLt 12.8.3.14 (`tests/evidence/test_rtx4060_recordings.py`,",
+             "`tests/evidence/test_call_records.py`). Outputs are compared as bits; error records must raise the",
              "recorded exception class.", "",
              "| records | backend | count | outputs | mismatching records |", "|---|---|---|---|---|"]
     n, bad = _replay(rec.DOTS, rec.test_dot_record, "test_dot_record")
@@ -170,7 +170,7 @@ def rtx4060() -> list[str]:
         failures += bad
         lines.append(f"| `call` and error `gemm` (API contract) | `{backend}` | {n:,} | - | {len(bad)} |")
     lines += ["", "The pairwise combination rule and the candidate rules these records reject: "
-              "`python tools/pairwise_rules.py` (`tests/test_pairwise_rules.py`).", ""]
+              "`python tools/pairwise_rules.py` (`tests/tools/test_pairwise_rules.py`).", ""]
     schemes = Counter("none" if isinstance(rec.splitk_of(r), int) else rec.splitk_of(r)[1] for r in rec.GEMMS)  # type: ignore[index]
     outs = Counter(r["out_dtype"] for r in rec.GEMMS)
     lines += ["`gemm` records by split scheme: " + ", ".join(f"{k} {v:,}" for k, v in sorted(schemes.items())) + ";",
@@ -185,7 +185,7 @@ def split_tables() -> list[str]:
 
     lines = ["## Split-K tables", "",
              "Every recorded row of each table (cuBLASLt's heuristic with torch 2.7.1's descriptor) looked up",
-             "in the shipped table: its S and customOption must come back (`tests/test_platform.py`).", "",
+             "in the shipped table: its S and customOption must come back (`tests/evidence/test_platform.py`).", "",
              "| table | rows | rows with S > 1 | rows resolved to the recorded split |", "|---|---|---|---|"]
     for table_id in sorted(tp.RAW):
         raw = np.load(tp.RECORDINGS / "splitk" / f"{table_id}.npz")
@@ -217,13 +217,13 @@ def differential() -> list[str]:
     total = len(td.CONFIGS) * td.M * td.N
     return ["## Differential test", "",
             "The compiled cpu backend against the reference backend on random and adversarial operands",
-            "(`tests/test_differential.py`: presets, format pairs, fast and slow accumulation, four split",
+            "(`tests/unit/test_differential.py`: presets, format pairs, fast and slow accumulation, four split",
             "settings, five data kinds). The same suite runs the Triton kernels in Triton's interpreter: eight",
             "configurations in CI, all 240 with `pytest --full` (too slow for this page's regeneration).", "",
             f"- configurations: {len(td.CONFIGS)}; outputs compared at CI size: {total:,}; configurations with a",
             f"  mismatch: {len(failures)}. `pytest --full` runs 1,105,920 outputs.",
             "- The independent slow model (`tests/slowmodel.py`, exact rational arithmetic) is compared with",
-            "  every backend in `tests/test_against_slowmodel.py` (hypothesis and hand-built adversarial cases).", ""]
+            "  every backend in `tests/evidence/test_against_slowmodel.py` (hypothesis and hand-built adversarial cases).", ""]
 
 
 def mutation_tier() -> list[str]:
@@ -286,7 +286,7 @@ def quickstart_differences(figures: bool) -> list[str]:
     lines = ["## The quickstart: where the bits differ", "",
              "The quickstart GEMM (M, N, K = 64, 5760, 1920, E4M3, bf16 output, fast accumulation;",
              "`python -m mmaemu demo`): the H100 PCIe's bf16 outputs (`hopper`) against the RTX 4060's and against",
-             "the exact result rounded once to fp32 and then to bf16, in bf16 ulps (`tests/test_quickstart.py`).", "",
+             "the exact result rounded once to fp32 and then to bf16, in bf16 ulps (`tests/docs/test_quickstart.py`).", "",
              "| H100 against | outputs | equal | 1 ulp | 2 ulps | 3 or more |", "|---|---|---|---|---|---|"]
     for name, d in ulps.items():
         lines.append(f"| {name} | {d.numel():,} | {int((d == 0).sum()):,} | {int((d == 1).sum()):,} | "

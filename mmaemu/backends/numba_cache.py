@@ -15,7 +15,7 @@ per-user directory cannot be created or written).
 [Note: numba's locator list] ``numba.core.caching.CacheImpl._locator_classes`` (``_CacheImpl`` before
 numba 0.68) is the list numba consults, first match wins. Should a numba release move
 it, :func:`install` does nothing and numba caches in its default place, which is the behaviour
-before this module existed (a warning-free degradation, tested by ``tests/test_numba_cache.py``).
+before this module existed (a warning-free degradation, tested by ``tests/docs/test_numba_cache.py``).
 """
 
 from __future__ import annotations

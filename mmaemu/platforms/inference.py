@@ -4,7 +4,7 @@ A recorded table decides only the shapes it holds. The rules here decide some sh
 each from a mechanism of cuBLAS's split-K and within the domain its evidence covers. Every rule is
 checked against every row of its table (:func:`check_rule`: the rows it makes a claim about, and how
 many of those claims the recorded row contradicts; ``tools/shape_grid.py --rules`` prints them, and
-``tests/test_inference.py`` requires 0). Fitting every record does not make a rule true: an inferred
+``tests/unit/test_inference.py`` requires 0). Fitting every record does not make a rule true: an inferred
 decision is ``verified=False`` and warns (:class:`~mmaemu.errors.InferredSplitWarning`), and
 ``MMAEMU_SPLITK_STRICT=1`` refuses it.
 
@@ -192,7 +192,7 @@ _SWEEP_M, _SWEEP_N = 16_384, 1 << 20  # "shapes with M above 16,384 or N above 2
 # not shipped), 1,024 <= K <= 5,135, M <= 16,384, N <= 2^20. Below K = 1,024 no H100 heuristic was
 # recorded at all, so nothing is claimed there. The table alone cannot tell a floor of 5,136 from one of
 # 5,760 (it has no K in between); the dense sweep fixes it, and a floor above 5,760 is contradicted by
-# table rows (tests/test_inference.py breaks it on purpose). Assumed, not shown: a shape between the
+# table rows (tests/unit/test_inference.py breaks it on purpose). Assumed, not shown: a shape between the
 # table's rows with M*N below the sweeps' 7,680 splits no more readily than its recorded neighbours at
 # K = 4,096 and 5,120.
 _K_FLOOR = RuleSpec(

@@ -9,7 +9,7 @@ A block that cannot run here is preceded by an HTML comment, invisible on the re
 - ``<!-- docs-test: skip REASON -->``: it cannot run on a CPU in a test (a GPU, a download, hours),
   with the reason.
 
-The README's and the home page's Python blocks are run, with their bits pinned, by tests/test_readme.py.
+The README's and the home page's Python blocks are run, with their bits pinned, by tests/docs/test_readme.py.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PAGES = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))]
-PINNED_ELSEWHERE = {"README.md", "docs/index.md"}  # Python blocks run by tests/test_readme.py
+PINNED_ELSEWHERE = {"README.md", "docs/index.md"}  # Python blocks run by tests/docs/test_readme.py
 
 _BLOCK = re.compile(r"^```([a-z]*)\n(.*?)^```", re.S | re.M)
 _MARK = re.compile(r"<!-- docs-test: (covered-by|skip) (.+?) -->\s*$")

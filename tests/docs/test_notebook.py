@@ -7,7 +7,7 @@ from pathlib import Path
 import nbclient
 import nbformat
 
-NOTEBOOK = Path(__file__).resolve().parents[1] / "examples" / "first_hour.ipynb"
+NOTEBOOK = Path(__file__).resolve().parents[2] / "examples" / "first_hour.ipynb"
 
 
 def test_the_first_hour_notebook_runs_top_to_bottom(tmp_path: Path) -> None:

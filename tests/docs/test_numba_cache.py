@@ -20,7 +20,7 @@ pytest.importorskip("numba")
 
 from mmaemu.backends import cpu, cpu_zoo, numba_cache  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "mmaemu"
 
 

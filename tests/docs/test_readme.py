@@ -17,9 +17,9 @@ from test_quickstart import (
     sha256,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
-#: the quickstart's tensors each page defines, and the sha256 of their bytes (tests/test_quickstart.py)
+#: the quickstart's tensors each page defines, and the sha256 of their bytes (tests/docs/test_quickstart.py)
 PINNED = {
     "README.md": {"x": X_SHA256, "w": W_SHA256, "y": Y_HOPPER_SHA256, "y_ada": Y_ADA_SHA256,
                   "acc": ACC_HOPPER_SHA256, "y2": Y_HOPPER_SHA256},

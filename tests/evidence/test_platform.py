@@ -96,7 +96,7 @@ def test_shipped_tables_match_a_fresh_conversion() -> None:
     import sys
     from pathlib import Path
 
-    tool = Path(__file__).resolve().parents[1] / "tools" / "convert_splitk.py"
+    tool = Path(__file__).resolve().parents[2] / "tools" / "convert_splitk.py"
     done = subprocess.run([sys.executable, str(tool), "--check", "--recordings", str(RECORDINGS / "splitk")],
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
@@ -150,7 +150,7 @@ def test_h100_envelope_break_points(monkeypatch: pytest.MonkeyPatch) -> None:
         assert d.source in (SplitSource.ENVELOPE, SplitSource.TABLE) and d.parts == 1
         m_below = b // n - 1
         if m_below * n <= b and table.lookup(Setting(E4, E4, OutFormat.BFLOAT16, True, WS_BYTES[1]).code, m_below, n, k) is None:
-            if k < 5136 or 8 * m_below * n > 1 << 20:  # the K floor or the workspace capacity (tests/test_inference.py)
+            if k < 5136 or 8 * m_below * n > 1 << 20:  # the K floor or the workspace capacity (tests/unit/test_inference.py)
                 d = quiet(hopper, problem(m_below, n, k))
                 assert (d.parts, d.source, d.verified) == (1, SplitSource.INFERENCE, False)
             else:

@@ -17,7 +17,7 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import slowmodel as sm  # noqa: E402
 from conftest import require  # noqa: E402
 

@@ -4,7 +4,7 @@ Every file replays with 0 mismatches on the preset of its architecture (5,000 of
 fp16 files also with the fp16 accumulator), and each file discriminates: one fraction bit fewer or
 more, a block half the recorded length, c added after the products by a rounded fp32 addition, or a
 rounded instead of truncated block sum each fail hundreds of its vectors (tools/zoo_fit.py has the
-counts). The FP8 files keep replaying (tests/test_hw_vectors.py).
+counts). The FP8 files keep replaying (tests/evidence/test_hw_vectors.py).
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def test_architectures_are_not_interchangeable() -> None:
 def test_zoo_fit_tool_reports_zero_for_every_shipped_preset(tmp_path: Path) -> None:
     if not ZOO_DIR.exists():
         pytest.skip(f"hardware evidence not found at {ZOO_DIR} (a clone without ../shared)")
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
     import zoo_fit
 
     out = tmp_path / "fit.json"
@@ -102,7 +102,7 @@ def test_zoo_fit_tool_reports_zero_for_every_shipped_preset(tmp_path: Path) -> N
     written = json.loads(out.read_text())
     rows = written["files"]
     assert len(rows) == 13
-    committed = json.loads((Path(__file__).resolve().parents[1] / "docs" / "data" / "zoo_fit.json").read_text())
+    committed = json.loads((Path(__file__).resolve().parents[2] / "docs" / "data" / "zoo_fit.json").read_text())
     assert committed["files"] == rows  # the committed table is current
     assert committed["fp8_fp16_accumulator"] == written["fp8_fp16_accumulator"]
     fp8 = {r["file"]: r["fp16_accumulator"] for r in written["fp8_fp16_accumulator"]["files"]}

@@ -21,7 +21,7 @@ import torch.distributed as dist
 import mmaemu
 from mmaemu.quantization import quantize, reciprocal_scale
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "examples" / "distributed_mlp.py"
 
 pytestmark = pytest.mark.skipif(not (dist.is_available() and dist.is_gloo_available()),

@@ -11,7 +11,7 @@ from types import ModuleType
 import pytest
 from conftest import load_tool
 
-TOOL = Path(__file__).resolve().parents[1] / "tools" / "check_vectorised.py"
+TOOL = Path(__file__).resolve().parents[2] / "tools" / "check_vectorised.py"
 
 
 def _tool() -> ModuleType:

@@ -16,7 +16,7 @@ import pytest
 import torch
 from conftest import load_tool
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "tools" / "device_check.py"
 STEP_NAMES = ["versions", "selftest", "headline", "scaled_mm_vs_model", "exactness", "timing", "recording"]
 

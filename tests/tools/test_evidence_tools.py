@@ -6,7 +6,7 @@ from pathlib import Path
 
 from conftest import load_tool
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_every_mutant_applies_to_the_current_source() -> None:
@@ -34,7 +34,7 @@ def test_figures_need_evidence(tmp_path: Path) -> None:
     (tmp_path / "a.md").write_text(
         "# Title\n\nThe cpu backend is 16.1x faster.\n\n"             # a figure without evidence: flagged
         "It took 81.7 ms (`python -m mmaemu bench`).\n\n"               # with a command: fine
-        "All 5,000 vectors replay (tests/test_hw_vectors.py).\n\n"      # with a test path: fine
+        "All 5,000 vectors replay (tests/evidence/test_hw_vectors.py).\n\n"      # with a test path: fine
         "```\n12345 inside code is not a claim\n```\n"
         "Blocks of 32 products.\n"                                      # small numbers are not figures
     )
@@ -58,7 +58,7 @@ def test_the_repositorys_evidence_is_the_recorded_evidence() -> None:
     import sys
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     done = subprocess.run([sys.executable, str(root / "tools" / "import_evidence.py"), "--check"], capture_output=True,
                           text=True, check=False, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -72,7 +72,7 @@ def test_the_report_from_a_runs_outcomes_fails_on_a_record_not_passed(tmp_path: 
     import sys
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     outcomes = tmp_path / "outcomes.json"
     outcomes.write_text(json.dumps({"format": "mmaemu-evidence-outcomes/1", "outcomes": {}}))
     done = subprocess.run([sys.executable, str(root / "tools" / "validation_report.py"), "--check", "--outcomes",

@@ -13,7 +13,7 @@ from types import ModuleType
 
 import pytest
 
-TOOLS = Path(__file__).resolve().parents[1] / "tools"
+TOOLS = Path(__file__).resolve().parents[2] / "tools"
 
 
 def _tool() -> ModuleType:

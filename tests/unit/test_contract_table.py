@@ -7,7 +7,7 @@ Where torch's own CPU ``_scaled_mm`` (torch 2.13 here) behaves like torch 2.7.1 
 the row is cross-checked against it (``torch_cpu="same"``). Torch 2.13's CPU kernel differs on most
 checks ("differs": it accepts K, N not divisible by 16, E5M2 x E5M2, any layout, bias in fp32, and
 raises ValueError with newer wording for scale and dtype errors), so those rows rely on torch 2.7.1's
-source and the RTX 4060 recordings (tests/test_call_records.py) instead.
+source and the RTX 4060 recordings (tests/evidence/test_call_records.py) instead.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from mmaemu.cli import main
 from mmaemu.errors import BackendFallbackWarning, BackendUnavailableError
 from mmaemu.presets import Preset
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 HAVE_TRITON = triton_backend.available()[0]
 needs_triton = pytest.mark.skipif(not HAVE_TRITON, reason="triton is not installed (pip install 'mmaemu[triton]')")
 CUDA0 = torch.device("cuda", 0)

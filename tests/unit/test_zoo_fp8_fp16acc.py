@@ -5,7 +5,7 @@ are written from docs/zoo.md's wording ("FP8 operands with an fp16 accumulator")
 here they meet :func:`mmaemu.model.dot` under ``ada``, ``hopper_mma_sync`` and ``b200_mma_sync`` on
 hypothesis-generated operands (every FP8 pair, NaN and Inf codes, subnormals, K not a multiple of 32 and
 K > 32) and hand-built adversarial ones (ties on fp16's grid, cancellation, overflow, -0), and the slow
-model replays a sample of the three recorded files (the full files replay in tests/test_hw_vectors.py).
+model replays a sample of the three recorded files (the full files replay in tests/evidence/test_hw_vectors.py).
 """
 
 from __future__ import annotations
