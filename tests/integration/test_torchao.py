@@ -151,7 +151,7 @@ def test_loading_needs_torchao_imported_first(tmp_path: Any, gpu_machine: None) 
     path = tmp_path / "model-fp8.pt"
     torch.save(_quantized(PerTensor()).state_dict(), path)
     script = (f"import torch\ntry:\n    torch.load({str(path)!r}, weights_only=True)\nexcept Exception as e:\n"
-              f"    print('refused', type(e).__name__)\nimport torchao\nimport sys\nsys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})\n"
+              f"    print('refused', type(e).__name__)\nimport torchao\nimport sys\nsys.path.insert(0, {str(Path(__file__).resolve().parent)!r})\n"
               f"from test_torchao import load_checkpoint\nsd = load_checkpoint(open({str(path)!r}, 'rb').read())\n"
               "print('loaded', type(sd['0.weight']).__name__)\n")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False, timeout=300)
