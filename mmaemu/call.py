@@ -15,7 +15,7 @@ import torch
 from .accumulation import plan_accumulation
 from .backends import Backend, parse_backend, require, resolve_backend
 from .backends import run as run_backend
-from .checks import CheckedCall, check_call, out_resize_warning, resize_out_like_torch
+from .checks import CheckedCall, check_call
 from .epilogue import BiasOrder, epilogue
 from .errors import (
     ExperimentalPresetWarning,
@@ -26,6 +26,7 @@ from .errors import (
 from .formats import FP8_DTYPES, WIDE_DTYPES, wide_format_of
 from .host import check_cpu_subnormals, refuse_autograd
 from .options import Options
+from .out import out_resize_warning, resize_out_like_torch
 from .platforms.profiles import Profile, get_profile
 from .platforms.splitk import Problem, SplitDecision, SplitSource, combo_verified, resolve_splitk, split_warnings
 from .presets import Architecture, CMode, Preset, instruction_preset
