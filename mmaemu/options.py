@@ -44,8 +44,9 @@ class Options:
             warn: whether an experimental profile warns (``ExperimentalPresetWarning``).
 
         Raises:
-            UnknownNameError: an unknown profile name (a ``ValueError`` and a ``KeyError``).
+            UnknownNameError: an unknown profile, backend or split-scheme name (a ``ValueError`` and a
+                ``KeyError``), listing the accepted names.
             TypeError: a profile or backend of the wrong type.
-            ValueError: an invalid ``splitk`` or an unknown backend name, listing the accepted values.
+            ValueError: any other invalid ``splitk``, listing the accepted forms.
         """
         return cls(get_profile(profile, warn=warn), parse_splitk(splitk), parse_backend(backend))

@@ -61,7 +61,7 @@ def parse_backend(name: str | Backend) -> Backend:
 
     Raises:
         TypeError: ``name`` is neither a string nor a :class:`Backend`.
-        ValueError: for an unknown name; the message lists the accepted ones.
+        UnknownNameError: for an unknown name (a ``ValueError``); the message lists the accepted ones.
     """
     if isinstance(name, Backend):
         return name
