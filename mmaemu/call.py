@@ -80,6 +80,17 @@ def _check_fast_accum(use_fast_accum: object, where: str) -> bool:
 _ZOO_WARNED: set[str] = set()
 
 
+def _explicit_split(splitk: SplitKArg) -> SplitK:
+    """:func:`accumulate`'s ``splitk``: an explicit split only (``"auto"`` decides a whole call)."""
+    parsed = parse_splitk(splitk)
+    if not isinstance(parsed, SplitK):
+        raise ValueError(
+            "accumulate() takes an explicit split (1 or (S, scheme)): splitk='auto' is the reference GPU's "
+            "decision for a whole call (its output dtype too); use scaled_mm or explain for it"
+        )
+    return parsed
+
+
 def _accumulate_operands(a: torch.Tensor, b: torch.Tensor) -> bool:
     """:func:`accumulate`'s operand checks; whether the operands are of a zoo format (fp16, bf16, tf32)."""
     for name, t in (("a", a), ("b", b)):
@@ -126,11 +137,10 @@ def accumulate(
 ) -> torch.Tensor:
     """The fp32 accumulator of a GEMM, before any scaling: ``a @ b.T`` as the tensor cores add it.
 
-    FP8 operands (any pair) give what the reference platform's cuBLASLt accumulates. Two operands
-    of one zoo format (``float16``, ``bfloat16``, or ``float32`` holding tf32 values) give one chain
-    of the architecture's instruction over K in order, from +0: what a kernel that chains the
-    instruction computes, not what cuBLAS computes (no GEMM-level recording exists for these
-    formats, so it warns once per preset with :class:`~mmaemu.errors.ExperimentalPresetWarning`).
+    FP8 operands (any pair) give what the reference platform's cuBLASLt accumulates. Two operands of one
+    zoo format (``float16``, ``bfloat16``, or ``float32`` holding tf32 values) give one chain of the
+    instruction over K in order from +0, as a kernel chaining it computes, not cuBLAS (no GEMM-level
+    recording exists for them: it warns once per preset, ``ExperimentalPresetWarning``).
 
     Args:
         a: ``[M, K]`` operand (row-major, like an activation).
@@ -139,24 +149,22 @@ def accumulate(
             with the chain results added in fp32 (False). No default, on purpose. The zoo formats
             take True only (one chain).
         splitk: ``1`` or an explicit split ``(S, "contiguous" | "serial" | "pairwise")`` (FP8 only).
-        profile: reference platform whose preset is used (default: ``MMAEMU_PROFILE`` or ``"hopper"``);
-            for the zoo formats its architecture (``hopper`` or ``ada``) is the default preset.
+        profile: reference platform whose preset is used (:meth:`~mmaemu.options.Options.parse`); for the
+            zoo formats its architecture (``hopper`` or ``ada``) is the default preset.
         preset: the instruction instead of the profile's: for the zoo formats ``"volta"``,
             ``"ampere"``, ``"ada"``, ``"hopper"`` or ``"b200"`` (or a custom :class:`Preset`), for FP8 a
             preset name. Not together with ``profile``.
-        backend: ``"auto"``, ``"reference"``, ``"cpu"`` or ``"triton"`` (as :func:`scaled_mm`; Triton
-            hands the zoo formats to the reference backend).
+        backend: as :func:`scaled_mm` (Triton hands the zoo formats to the reference backend).
 
     Returns:
         fp32 ``[M, N]`` on ``a``'s device. Any M, N, K (K = 0 gives +0). A NaN (code) in row m of
         ``a`` or row n of ``b`` gives the canonical NaN at (m, n); Inf operands follow IEEE.
 
     Raises:
-        TypeError: ``use_fast_accum`` is not a bool, ``a`` or ``b`` is not a tensor, ``backend``
-            or ``profile`` of the wrong type.
-        ValueError: operands that are not 2-D matrices of one accepted format sharing K and a device
-            (a float32 operand must hold tf32 values), tensors on the ``meta`` device, an invalid
-            ``splitk``, ``profile`` or ``backend``, or both ``profile`` and ``preset``.
+        TypeError: ``use_fast_accum`` not a bool, ``a`` or ``b`` not a tensor, a platform argument's type.
+        ValueError: operands not 2-D matrices of one accepted format sharing K and a device (a float32
+            operand holds tf32 values), ``meta`` tensors, an invalid platform argument (an unknown name
+            is an ``UnknownNameError``), or both ``profile`` and ``preset``.
         BackendUnavailableError: the requested backend cannot run on the operands' device.
         UnsupportedFeatureError: a preset that does not model the requested accumulation (for the
             zoo formats: ``use_fast_accum=False``, split-K, or an architecture without the format);
@@ -177,23 +185,17 @@ def accumulate(
         True
     """
     fast = _check_fast_accum(use_fast_accum, "accumulate()")
-    wide = _accumulate_operands(a, b)
+    zoo = _accumulate_operands(a, b)
     if profile is not None and preset is not None:
         raise ValueError("pass profile= or preset=, not both: preset= names the instruction a profile would choose")
     refuse_autograd(("a", a), ("b", b))
-    parsed = parse_splitk(splitk)
-    if not isinstance(parsed, SplitK):
-        raise ValueError(
-            "accumulate() takes an explicit split (1 or (S, scheme)): splitk='auto' is the reference GPU's "
-            "decision for a whole call (its output dtype too); use scaled_mm or explain for it"
-        )
-    split = parsed
-    if wide:
+    split = _explicit_split(splitk)
+    if zoo:
         chosen_preset = _zoo_preset(a, b, preset, profile, fast, split)
     else:
         chosen_preset = get_profile(profile).preset if preset is None else instruction_preset(preset, a.dtype)
     _check_preset_supports(chosen_preset, fast, split)
-    chosen = _accumulate_backend(parse_backend(backend), a.device, None if wide else chosen_preset)
+    chosen = _accumulate_backend(parse_backend(backend), a.device, None if zoo else chosen_preset)
     if a.device.type == "cpu":
         check_cpu_subnormals()
     plan = plan_accumulation(a.shape[1], fast=fast, split=split)
@@ -306,35 +308,24 @@ def scaled_mm(
     backend: str | Backend = "auto",
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """``torch._scaled_mm`` with the bits of the profile's reference GPU.
+    """``torch._scaled_mm`` with the bits of the profile's reference GPU; a refused call modifies nothing.
 
     Args:
         mat1: ``[M, K]`` FP8 (``float8_e4m3fn`` or ``float8_e5m2``), row-major.
         mat2: ``[K, N]`` FP8, column-major as torch requires (``w.t()`` of a ``[N, K]`` weight).
-        scale_a: fp32 tensor-wise scale of ``mat1`` (one element, any shape).
-        scale_b: fp32 tensor-wise scale of ``mat2`` (one element, any shape).
-        bias: experimental: a bf16 or fp16 vector of N elements (torch 2.7.1's rules: the output's
-            dtype, not with an fp32 output), added in the epilogue (:mod:`mmaemu.epilogue`,
-            [Note: bias]); every call warns with :class:`~mmaemu.errors.UnverifiedEpilogueWarning`
-            unless the profile's recording decided the bias order. An FP8 output with a bias
-            raises :class:`UnsupportedFeatureError`; M, N or K = 0 returns torch's early result (no
-            bias added).
+        scale_a, scale_b: fp32 tensor-wise scales of ``mat1`` and ``mat2`` (one element, any shape).
+        bias: experimental: N elements of the output's dtype, bf16 or fp16 (torch 2.7.1's rules), added
+            in the epilogue (:mod:`mmaemu.epilogue`, [Note: bias]); warns (``UnverifiedEpilogueWarning``)
+            unless the profile's recording decided the bias order. Not with an FP8 output
+            (``UnsupportedFeatureError``); M, N or K = 0 returns torch's early result, no bias added.
         scale_result: fp32 scalar multiplying the result before an FP8 output's conversion.
         out_dtype: output dtype; default ``mat1.dtype`` (as torch).
         use_fast_accum: as torch; default False (slow accumulation).
-        profile: reference platform (default ``MMAEMU_PROFILE`` or ``"hopper"``).
-        splitk: ``"auto"`` (the reference GPU's decision, from evidence; raises
-            :class:`SplitKUnknownError` when none decides), ``1``, or ``(S, scheme)``.
-        backend: ``"auto"`` (the fastest available for the operands' device: ``"cpu"`` for CPU
-            tensors when numba imports; ``"triton"`` for CUDA tensors once its self-test passed
-            on that device; else ``"reference"``), ``"reference"`` (torch, any device), ``"cpu"``
-            (compiled, CPU tensors) or ``"triton"`` (Triton kernels, CUDA tensors; CPU tensors
-            under ``TRITON_INTERPRET=1``). All return the same bits.
-        out: optional output tensor, resized as torch resizes it; its prior contents never
-            affect the result, and it is returned. It is touched only once the call is decided and
-            computed: a refused call leaves it as it was (shape, strides and contents). An ``out``
-            whose written elements share memory with ``mat1``, ``mat2``, a scale, ``bias`` or
-            ``scale_result`` is refused (RuntimeError).
+        profile, splitk, backend: the platform arguments (:meth:`mmaemu.options.Options.parse`: the
+            reference platform, ``"auto"`` or an explicit split, the backend; every backend returns the
+            same bits). ``splitk="auto"`` raises :class:`SplitKUnknownError` when no evidence decides.
+        out: optional output, resized as torch resizes it and returned (:mod:`mmaemu.out`); its prior
+            contents never affect the result, and a refused call leaves it as it was.
 
     Returns:
         ``[M, N]`` tensor of ``out_dtype`` on the inputs' device. NaN codes in row m of ``mat1`` or
@@ -346,20 +337,14 @@ def scaled_mm(
             torch's message (a ``RuntimeError``).
         UnsupportedFeatureError: row-wise or block-wise scales, a bias with an FP8 output,
             inputs requiring grad in grad mode, an ``out=`` layout torch would not write.
-        SplitKUnknownError: see ``splitk``.
-        BackendUnavailableError: the requested backend cannot run on the tensors' device (raised
-            before anything runs).
-        ValueError: invalid ``profile``, ``splitk`` or ``backend`` values, a bad ``MMAEMU_PROFILE``
-            or ``MMAEMU_SPLITK_STRICT``, tensors on the ``meta`` device (they hold no values).
-        TypeError: arguments of the wrong type, as torch's parser (``use_fast_accum`` must be a
-            bool); ``profile`` or ``backend`` of the wrong type.
-        UnknownNameError: an unknown profile, backend or split-scheme name (also a ``ValueError``).
-        RuntimeError: an ``out`` that shares memory with what the call reads (see ``out``).
-            An ``out`` made under ``torch.inference_mode()`` and passed outside it raises torch's
-            error (a ``ReferenceRejectsError``) before anything is written.
+        SplitKUnknownError, BackendUnavailableError: no evidence decides ``splitk="auto"``; the
+            requested backend cannot run on the tensors' device (raised before anything runs).
+        ValueError, TypeError, UnknownNameError: invalid platform arguments (as
+            :meth:`~mmaemu.options.Options.parse`), a bad ``MMAEMU_PROFILE`` or
+            ``MMAEMU_SPLITK_STRICT``, ``meta`` tensors, a non-bool ``use_fast_accum`` (TypeError).
+        RuntimeError: an ``out`` sharing memory with what the call reads (an ``out`` made under
+            ``torch.inference_mode()`` raises torch's error, a ``ReferenceRejectsError``).
         MmaemuError: the CPU flushes subnormals.
-
-    Every refusal happens before anything is modified.
 
     Example:
         >>> import torch, mmaemu

@@ -441,8 +441,7 @@ def dot(
             of two different non-FP8 formats, different K in ``a`` and ``b``, batch shapes that do
             not broadcast, a ``c`` that is neither float32 nor (fp16 or FP8 operands) float16 or does
             not broadcast to the batch shape, or tensors on different devices.
-        MmaemuError: the operands are on the CPU and the CPU flushes subnormals to zero (for
-            example after ``torch.set_flush_denormal(True)``).
+        MmaemuError: CPU operands while the CPU flushes subnormals (``torch.set_flush_denormal(True)``).
         KeyError, UnsupportedFeatureError: an unknown or unmodelled preset, one without an
             instruction for the operands' format, or an FP8 preset whose accumulator (``c``'s dtype)
             no recording decides (:func:`mmaemu.presets.instruction_preset`).
@@ -470,20 +469,16 @@ def dot(
     if a.device.type == "cpu":
         check_cpu_subnormals()
     rewrite = half and a.dtype in FP8_DTYPES and resolved.fp16_accumulation is HalfAccumulation.HMMA_REWRITE
-    if rewrite:
-        # the rewrite converts the FP8 operands to fp16 first (exact: both FP8 formats are inside fp16)
-        a_ops, b_ops = BlockOperands.of(a.to(torch.float16)), BlockOperands.of(b.to(torch.float16))
-    else:
-        a_ops, b_ops = BlockOperands.of(a), BlockOperands.of(b)
-    if c is None:
-        acc = torch.zeros(batch, dtype=torch.float32, device=a.device)
-    else:
-        acc = c.expand(batch).clone()
+    # the rewrite converts the FP8 operands to fp16 first (exact: both FP8 formats are inside fp16)
+    a_ops, b_ops = (BlockOperands.of(x.to(torch.float16) if rewrite else x) for x in (a, b))
+    acc = torch.zeros(batch, dtype=torch.float32, device=a.device) if c is None else c.expand(batch).clone()
     has_inf = bool(a_ops.is_inf.any() or b_ops.is_inf.any())
-    if rewrite:
-        acc = hmma_rewrite(a_ops, b_ops, acc, resolved, has_inf=has_inf)
-    else:
-        acc = chain(a_ops, b_ops, acc, resolved, has_inf=has_inf)
+    step = hmma_rewrite if rewrite else chain
+    return _canonical_nans(step(a_ops, b_ops, acc, resolved, has_inf=has_inf), a, b, batch)
+
+
+def _canonical_nans(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor, batch: torch.Size) -> torch.Tensor:
+    """``acc`` with the canonical NaN of its dtype wherever ``a``'s or ``b``'s vector holds a NaN."""
     nan = nan_rows(a) | nan_rows(b)
     if bool(nan.any()):
         out_format = OutFormat.FLOAT16 if acc.dtype == torch.float16 else OutFormat.FLOAT32

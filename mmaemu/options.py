@@ -38,9 +38,16 @@ class Options:
         """Normalise the three arguments, in this order (the first invalid one raises).
 
         Args:
-            profile: a profile name, a :class:`~mmaemu.platforms.profiles.Profile`, or None (the default).
-            splitk: ``"auto"``, ``1``, ``(S, scheme)`` or a :class:`~mmaemu.split.SplitK`.
-            backend: a backend name or :class:`~mmaemu.backends.Backend`.
+            profile: a profile name, a registered :class:`~mmaemu.platforms.profiles.Profile`, or None
+                (the default: ``MMAEMU_PROFILE``, else ``"hopper"``).
+            splitk: ``"auto"`` (the reference GPU's decision, from evidence), ``1``, ``(S, scheme)`` or a
+                :class:`~mmaemu.split.SplitK`.
+            backend: a backend name or :class:`~mmaemu.backends.Backend`: ``"auto"`` (per call, the
+                fastest available for the operands' device: ``"cpu"`` for CPU tensors when numba imports,
+                ``"triton"`` for CUDA tensors once its self-test passed on that device, else
+                ``"reference"``), ``"reference"`` (torch, any device), ``"cpu"`` (compiled, CPU tensors)
+                or ``"triton"`` (CUDA tensors; CPU tensors under ``TRITON_INTERPRET=1``). All return the
+                same bits.
             warn: whether an experimental profile warns (``ExperimentalPresetWarning``).
 
         Raises:
