@@ -42,14 +42,14 @@ MODEL = ("tests/evidence/test_hw_vectors.py", "tests/unit/test_model.py", "tests
          "tests/evidence/test_against_slowmodel.py", "-k", "not cpu and not triton")
 SPLIT = ("tests/unit/test_accumulation.py", "tests/evidence/test_against_slowmodel.py", "tests/evidence/test_rtx4060_recordings.py",
          "-k", "not cpu and not triton")
-EPILOGUE = ("tests/evidence/test_against_slowmodel.py", "tests/unit/test_contract_table.py", "tests/evidence/test_call_records.py",
+EPILOGUE = ("tests/evidence/test_against_slowmodel.py", "tests/unit/test_checks.py", "tests/evidence/test_call_records.py",
             "tests/evidence/test_rtx4060_recordings.py", "-k", "not cpu and not triton")
 CPU = ("tests/unit/test_cpu_backend.py", "tests/unit/test_differential.py", "tests/evidence/test_against_slowmodel.py",
        "tests/evidence/test_rtx4060_recordings.py", "-k", "cpu or differential")
 ZOO = ("tests/evidence/test_zoo_slowmodel.py", "tests/unit/test_zoo_accumulate.py", "tests/unit/test_differential.py",
        "tests/evidence/test_zoo_vectors.py", "-k", "not triton and not fit_tool and (zoo or accumulate or chain or recomputes "
        "or replay or discriminates)")
-CALL = ("tests/unit/test_contract_table.py", "tests/evidence/test_call_records.py", "tests/evidence/test_platform.py",
+CALL = ("tests/unit/test_checks.py", "tests/evidence/test_call_records.py", "tests/evidence/test_platform.py",
         "-k", "not cpu and not triton")
 
 

@@ -66,34 +66,3 @@ def test_a_fresh_import_registers_the_operator_and_runs_cpu_tensors_on_the_cpu_b
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
-
-
-def test_the_capability_table() -> None:
-    """What ``supports`` answers, and what it refuses (the table behind auto, info and the test fixture)."""
-    from mmaemu.backends import supports
-    from mmaemu.presets import B200_MMA_SYNC, HOPPER
-
-    ref = supports("reference", HOPPER, (torch.float8_e4m3fn, torch.float8_e5m2), "cpu")
-    assert ref.usable and ref.native and bool(ref)
-    assert not supports("reference", HOPPER, (), "meta")
-    assert not supports(Backend.CPU, HOPPER, (), "cuda")  # CPU tensors only
-    bad = supports("cpu", HOPPER, (torch.float64,), "cpu")
-    assert not bad and "FP8" in bad.reason and "tf32" in bad.reason
-    from mmaemu.presets import instruction_preset
-
-    zoo = instruction_preset("hopper", torch.bfloat16)
-    assert supports("reference", zoo, (torch.bfloat16,), "cpu").native
-    if cpu.available()[0]:
-        assert supports("cpu", zoo, (torch.bfloat16,), "cpu").native
-    triton_zoo = supports("triton", zoo, (torch.bfloat16,), "cpu")
-    assert not triton_zoo.native and "zoo formats (fp16, bf16, tf32) are delegated" in triton_zoo.reason
-    if cpu.available()[0]:
-        assert supports("cpu", HOPPER, (), "cpu").native
-        delegated = supports("cpu", B200_MMA_SYNC, (), "cpu")  # rounds to nearest: the reference backend runs it
-        assert delegated.usable and not delegated.native and "delegated to the reference backend" in delegated.reason
-    with pytest.raises(ValueError, match="is not a backend"):
-        supports("gpu", HOPPER, (), "cpu")
-    with pytest.raises(TypeError, match="backend must be a string"):
-        supports(3, HOPPER, (), "cpu")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="is not a torch device"):
-        supports("cpu", HOPPER, (), "nonsense")
