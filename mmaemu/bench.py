@@ -326,9 +326,9 @@ def run(shapes: list[tuple[int, int, int]], *, repeat: int, configs: bool, first
         json_path: str | None, profile: str = "hopper", zoo: bool = False) -> dict[str, object]:
     """Run the benchmark, print its table, and return (and optionally write) the figures."""
     base = replace(CONFIGS[0], label=CONFIGS[0].label.replace("hopper", profile, 1), profile=profile)
-    from .backends import cpu_fp8
+    from .backends import _cpu_fp8
 
-    kernel = "avx512 (mmaemu.backends.cpu_fp8)" if cpu_fp8.available() else "portable"
+    kernel = "avx512 (mmaemu.backends._cpu_fp8)" if _cpu_fp8.available() else "portable"
     results: list[dict[str, object]] = []
     report: dict[str, object] = {"version": __version__, "torch": torch.__version__,
                                  "threads": torch.get_num_threads(), "cpu": cpu_name(), "cpu_fp8_kernel": kernel,

@@ -24,9 +24,9 @@ from .errors import (
     UnverifiedSplitWarning,
 )
 from .formats import FP8_DTYPES, WIDE_DTYPES, wide_format_of
-from .host import check_cpu_subnormals, refuse_autograd
+from ._host import check_cpu_subnormals, refuse_autograd
 from .options import Options
-from .out import out_resize_warning, resize_out_like_torch
+from ._out import out_resize_warning, resize_out_like_torch
 from .platforms.profiles import Profile, get_profile
 from .platforms.splitk import Problem, SplitDecision, SplitSource, combo_verified, resolve_splitk, split_warnings
 from .presets import Architecture, CMode, Preset, instruction_preset
@@ -324,7 +324,7 @@ def scaled_mm(
         profile, splitk, backend: the platform arguments (:meth:`mmaemu.options.Options.parse`: the
             reference platform, ``"auto"`` or an explicit split, the backend; every backend returns the
             same bits). ``splitk="auto"`` raises :class:`SplitKUnknownError` when no evidence decides.
-        out: optional output, resized as torch resizes it and returned (:mod:`mmaemu.out`); its prior
+        out: optional output, resized as torch resizes it and returned (:mod:`mmaemu._out`); its prior
             contents never affect the result, and a refused call leaves it as it was.
 
     Returns:

@@ -45,8 +45,8 @@ import torch
 
 from .errors import ReferenceRejectsError, UnsupportedFeatureError
 from .formats import Fp8Format, OutFormat, out_format_or_none
-from .host import check_cpu_subnormals, refuse_autograd
-from .out import check_out_overlap, resize_out_like_torch
+from ._host import check_cpu_subnormals, refuse_autograd
+from ._out import check_out_overlap, resize_out_like_torch
 
 __all__ = [
     "ScalingType",

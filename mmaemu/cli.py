@@ -167,7 +167,7 @@ def _bench(args: argparse.Namespace) -> int:
 def _selftest(args: argparse.Namespace) -> int:
     """Run the Triton backend's self-test on a device; 0 only if every kernel passed."""
     from .backends.triton.backend import interpreting
-    from .backends.triton.selftest import selftest
+    from .backends.triton._selftest import selftest
 
     if args.device is None and not torch.cuda.is_available() and not interpreting():
         return _selftest_without_gpu()
@@ -189,7 +189,7 @@ def _selftest_without_gpu() -> int:
     """No CUDA device: say so, and check the backend CPU tensors use instead (0 when it agrees)."""
     from .accumulation import plan_accumulation
     from .backends import accumulators, cpu, reference
-    from .backends.triton.selftest import CASES, KERNEL_PRESETS, adversarial_codes
+    from .backends.triton._selftest import CASES, KERNEL_PRESETS, adversarial_codes
 
     print(f"mmaemu {__version__} self-test: no CUDA GPU here, so no GPU kernel self-test applies (the triton "
           "backend's kernels run on CUDA devices; 'python -m mmaemu selftest' on a GPU machine tests them).")

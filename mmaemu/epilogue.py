@@ -31,7 +31,7 @@ import enum
 import torch
 
 from .formats import OUT_DTYPES, OutFormat, out_format_of
-from .host import check_cpu_subnormals, refuse_autograd
+from ._host import check_cpu_subnormals, refuse_autograd
 
 __all__ = ["BiasOrder", "epilogue"]
 

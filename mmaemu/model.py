@@ -42,8 +42,8 @@ from .formats import (
     nan_rows,
     wide_format_of,
 )
-from .host import check_cpu_subnormals, refuse_autograd
-from .operands import BlockOperands, pow2
+from ._host import check_cpu_subnormals, refuse_autograd
+from ._operands import BlockOperands, pow2
 from .presets import (
     Accumulator,
     CMode,

@@ -31,7 +31,7 @@ import torch
 from . import call
 from .backends import Backend, parse_backend
 from .errors import ReferenceRejectsError
-from .host import refuse_autograd
+from ._host import refuse_autograd
 from .platforms.profiles import Profile, registered_name
 from .split import SplitKSpec, splitk_from_text, splitk_text
 

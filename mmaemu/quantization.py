@@ -39,7 +39,7 @@ import numbers
 import torch
 
 from .formats import Fp8Format, fp8_format_of
-from .host import check_cpu_subnormals, refuse_autograd
+from ._host import check_cpu_subnormals, refuse_autograd
 
 __all__ = [
     "ScalingRecipe", "quantize", "reciprocal_scale", "scale_from_amax", "current_scale", "round_to_tf32", "FP32_MAX",
@@ -75,7 +75,7 @@ def _as_fp32_scale(scale: object, device: torch.device, name: str = "scale") -> 
 
 
 def _require_subnormals(device: torch.device) -> None:
-    """:func:`mmaemu.host.check_cpu_subnormals` where this module's fp32 arithmetic runs on the CPU.
+    """:func:`mmaemu._host.check_cpu_subnormals` where this module's fp32 arithmetic runs on the CPU.
 
     Skipped while ``torch.compile`` traces (the probe reads a value; it would break the graph):
     the compiled :class:`~mmaemu.nn.EmulatedFP8Linear` still refuses, since its

@@ -21,7 +21,7 @@ from mmaemu.platforms.cublaslt import HeuristicQuery, HeuristicResult
 from mmaemu.formats import Fp8Format, OutFormat, fp8_format_of
 from mmaemu.presets import Preset
 from mmaemu.platforms.profiles import Profile, SplitFamily, get_profile
-from mmaemu.recording.grid import Grid
+from mmaemu.recording._grid import Grid
 
 E4, E5 = Fp8Format.E4M3, Fp8Format.E5M2
 

@@ -2,7 +2,7 @@
 
 Compiles the kernels afresh in a subprocess with ``NUMBA_DUMP_ASSEMBLY=1`` (an empty numba cache
 directory, so nothing is loaded from disk), runs one small GEMM on each FP8 kernel (the portable
-one, ``MMAEMU_CPU_PORTABLE=1``, and, on a CPU with AVX-512, ``mmaemu.backends.cpu_fp8``), and
+one, ``MMAEMU_CPU_PORTABLE=1``, and, on a CPU with AVX-512, ``mmaemu.backends._cpu_fp8``), and
 counts in the machine code:
 
 - packed truncation of fp32 terms (``vroundps`` / ``vrndscaleps`` on ``ymm`` or ``zmm``): the
@@ -54,9 +54,9 @@ def count(assembly: str, *, avx512: bool = False) -> dict[str, int]:
 
 
 def _has_avx512() -> bool:
-    from mmaemu.backends import cpu_fp8
+    from mmaemu.backends import _cpu_fp8
 
-    return cpu_fp8.available()
+    return _cpu_fp8.available()
 
 
 def main() -> int:

@@ -213,7 +213,7 @@ def operands(rows: int, k: int, seed: int, device: Any, dry: bool, fmt: str = "e
 
 
 def adversarial(rows: int, k: int, fmt: str, seed: int, device: Any) -> Any:
-    from mmaemu.backends.triton.selftest import adversarial_codes
+    from mmaemu.backends.triton._selftest import adversarial_codes
 
     return adversarial_codes(rows, k, fmt, seed).to(device)
 
@@ -349,7 +349,7 @@ def step_versions(ctx: Context) -> dict[str, Any]:
 
 def step_selftest(ctx: Context) -> dict[str, Any]:
     """The Triton backend's self-test on the device (every kernel variant a call may launch)."""
-    from mmaemu.backends.triton.selftest import selftest
+    from mmaemu.backends.triton._selftest import selftest
 
     t0 = time.perf_counter()
     report = selftest(ctx.device)
@@ -387,7 +387,7 @@ def step_headline(ctx: Context) -> dict[str, Any]:
     import torch
 
     from mmaemu.accumulation import flatten_plan, plan_accumulation
-    from mmaemu.backends.triton import backend, native
+    from mmaemu.backends.triton import backend, _native
     from mmaemu.presets import HOPPER
     from mmaemu.split import Scheme, SplitK
 
@@ -404,7 +404,7 @@ def step_headline(ctx: Context) -> dict[str, Any]:
     sm90 = ctx.device.type == "cuda" and torch.cuda.get_device_capability(ctx.device) == (9, 0)
     problems = []
     if ctx.dry or sm90:
-        call = native.prepare_native(x, w, plan, flatten_plan(plan))
+        call = _native.prepare_native(x, w, plan, flatten_plan(plan))
         got = call.run()
         row["native_differing"] = differing(got, want)
         if row["native_differing"]:
@@ -584,7 +584,7 @@ def check_edges(ctx: Context, rows: list[dict[str, Any]]) -> int:
     from mmaemu.accumulation import plan_accumulation
     from mmaemu.split import Scheme, SplitK
     accumulate = triton_accumulate
-    from mmaemu.backends.triton.selftest import selftest_kernel
+    from mmaemu.backends.triton._selftest import selftest_kernel
     from mmaemu.presets import HOPPER
 
     skipped = 0

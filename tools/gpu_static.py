@@ -171,8 +171,8 @@ def pipeline(opcode: str) -> str:
 # ---- compiling -------------------------------------------------------------------------------
 
 #: The kernel of each variant kind: (module, function).
-KERNELS = {"chain_gemm": ("kernels_convert", "chain_gemm_kernel"), "chain_gemm_rz": ("kernels_rz", "chain_gemm_rz_kernel"),
-           "chains_rz": ("kernels_rz", "chains_rz_kernel"), "chain_gemm_native": ("kernels_native", "chain_gemm_native_kernel")}
+KERNELS = {"chain_gemm": ("_kernels_convert", "chain_gemm_kernel"), "chain_gemm_rz": ("_kernels_rz", "chain_gemm_rz_kernel"),
+           "chains_rz": ("_kernels_rz", "chains_rz_kernel"), "chain_gemm_native": ("_kernels_native", "chain_gemm_native_kernel")}
 _FP8_TYPES = {"e4m3": "*fp8e4nv", "e5m2": "*fp8e5"}
 
 
@@ -286,7 +286,7 @@ def variants(tile_sweep: bool = True) -> list[Variant]:
         expresses,
         rz_expresses,
     )
-    from mmaemu.backends.triton.native import DOT_K
+    from mmaemu.backends.triton._native import DOT_K
     from mmaemu.presets import presets
 
     out = []
@@ -304,7 +304,7 @@ def variants(tile_sweep: bool = True) -> list[Variant]:
         for fast in (True, False):
             out.append(Variant("hopper", hopper.block_size, hopper.frac_bits, cfg.block_m, cfg.block_n, cfg.num_warps,
                                "chain_gemm_native", fast, dot_k=DOT_K, formats=pair))
-    if tile_sweep:  # the few-outputs launches (rz.choose_launch): one chain, and a chain per program
+    if tile_sweep:  # the few-outputs launches (_rz.choose_launch): one chain, and a chain per program
         for name in ("hopper", "ada"):
             preset = presets()[name]
             for t in SMALL_GRID_TILES:

@@ -8,7 +8,7 @@ self-test fails on a device, ``auto`` emits one :class:`~mmaemu.errors.BackendFa
 saying why. :func:`auto_fallback` says why ``auto`` did not take a faster one.
 
 Each backend is one module with one :class:`~mmaemu.backends.protocol.Executor` (``available``,
-``expresses``, ``accumulate``); :func:`accumulators` and :func:`run` (:mod:`mmaemu.backends.dispatch`)
+``expresses``, ``accumulate``); :func:`accumulators` and :func:`run` (:mod:`mmaemu.backends._dispatch`)
 alone send what a backend does not express to the reference backend and apply the Inf and NaN rules.
 """
 
@@ -22,7 +22,7 @@ import torch
 from ..accumulation import AccumulationPlan
 from ..errors import BackendFallbackWarning, BackendUnavailableError
 from ..presets import Preset
-from . import dispatch
+from . import _dispatch
 from .capabilities import (
     AUTO_ORDER,
     CONCRETE,
@@ -34,7 +34,7 @@ from .capabilities import (
     supports,
 )
 from .protocol import Accumulated, Executor
-from .triton import selftest as triton_selftest
+from .triton import _selftest as triton_selftest
 
 __all__ = [
     "Backend",
@@ -159,19 +159,19 @@ def _executor(backend: Backend) -> Executor:
 def accumulators(backend: Backend, a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: AccumulationPlan,
                  **options: Any) -> torch.Tensor:
     """fp32 accumulators ``[M, N]`` of a concrete ``backend``, delegation and the Inf rule applied (NaN
-    codes count as zeros): :func:`mmaemu.backends.dispatch.accumulators`.
+    codes count as zeros): :func:`mmaemu.backends._dispatch.accumulators`.
 
     Raises:
         ValueError: ``backend`` is not a concrete backend.
     """
-    return dispatch.accumulators(_executor(backend), a, b, preset, plan, **options)
+    return _dispatch.accumulators(_executor(backend), a, b, preset, plan, **options)
 
 
 def run(backend: Backend, a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: AccumulationPlan) -> torch.Tensor:
     """:func:`accumulators` with the NaN rule: what a call's epilogue takes
-    (:func:`mmaemu.backends.dispatch.run`).
+    (:func:`mmaemu.backends._dispatch.run`).
 
     Raises:
         ValueError: ``backend`` is not a concrete backend.
     """
-    return dispatch.run(_executor(backend), a, b, preset, plan)
+    return _dispatch.run(_executor(backend), a, b, preset, plan)

@@ -1,7 +1,7 @@
 """The compiled CPU backend: the reference model's bits from integer arithmetic compiled by numba.
 
 FP8 operands go to one of two kernels with the same bits. On a CPU with AVX-512F and BW,
-:mod:`mmaemu.backends.cpu_fp8` truncates each term with a fused multiply-add rounded toward zero
+:mod:`mmaemu.backends._cpu_fp8` truncates each term with a fused multiply-add rounded toward zero
 into an accumulator offset to the block's grid (two per product, no scaling or truncation
 instructions; see there). Elsewhere, or with ``MMAEMU_CPU_PORTABLE=1``, the portable kernel
 :func:`_kernel` below runs:
@@ -26,11 +26,11 @@ fault every 4 KiB, more than the decoding itself. Calls from several threads are
 are per thread; kernel launches are serialised under numba's ``workqueue`` threading layer).
 
 The kernels share their pieces as inline numba functions: the FP8 code decoder, the combination
-of split parts and the addition of chain results (:mod:`mmaemu.backends.cpu_fp8`); the tile walk,
-the block maxima of the exponent sums and the truncated terms (:mod:`mmaemu.backends.cpu_steps`,
-shared with the zoo kernels of :mod:`mmaemu.backends.cpu_zoo`, which the fp16, bf16 and tf32
+of split parts and the addition of chain results (:mod:`mmaemu.backends._cpu_fp8`); the tile walk,
+the block maxima of the exponent sums and the truncated terms (:mod:`mmaemu.backends._cpu_steps`,
+shared with the zoo kernels of :mod:`mmaemu.backends._cpu_zoo`, which the fp16, bf16 and tf32
 operands go to). Tiles, scratch buffers and the launch guard are
-:mod:`mmaemu.backends.cpu_scratch`'s.
+:mod:`mmaemu.backends._cpu_scratch`'s.
 
 Exactness: chain results and split parts are added in fp32 (IEEE round to nearest even; numba
 without fast-math, so no contraction). Inf codes (E5M2) are zeros in the kernel, and
@@ -59,11 +59,11 @@ from ..formats import (
     Fp8Format,
     fp8_format_of,
 )
-from ..host import env_flag
+from .._host import env_flag
 from ..model import block_sum_exact_in_fp32
 from ..presets import CMode, Preset, Rounding
-from . import cpu_fp8, cpu_zoo
-from .cpu_scratch import (
+from . import _cpu_fp8, _cpu_zoo
+from ._cpu_scratch import (
     SCRATCH_LIMIT_BYTES,
     aligned_buffer,
     buffer,
@@ -82,9 +82,9 @@ try:  # pragma: no cover - exercised where numba is installed (a dependency)
     import numba
     from numba import njit, prange
 
-    from . import numba_cache
+    from . import _numba_cache
 
-    numba_cache.install()  # compiled code in the per-user cache, never in the package
+    _numba_cache.install()  # compiled code in the per-user cache, never in the package
 
     _NUMBA_ERROR: str | None = None
 except Exception as exc:  # noqa: BLE001
@@ -101,7 +101,7 @@ def expresses(preset: Preset, dtypes: tuple[torch.dtype, ...] = ()) -> bool:
     (fp16, bf16, tf32): :func:`expresses_wide`.
     """
     if any(d not in FP8_DTYPES for d in dtypes):
-        return cpu_zoo.expresses_wide(preset)
+        return _cpu_zoo.expresses_wide(preset)
     return (preset.c_mode is CMode.ALIGNED and preset.rounding is Rounding.TRUNCATE
             and block_sum_exact_in_fp32(preset, with_c=True))
 
@@ -123,8 +123,8 @@ _ZERO8 = -64
 _NO_PRODUCT_BELOW = -40
 
 if numba is not None:
-    from .cpu_fp8 import decode_code
-    from .cpu_steps import add_terms, block_max, grid_exponent, tile_grid, tile_of, truncate, walk_tile
+    from ._cpu_fp8 import decode_code
+    from ._cpu_steps import add_terms, block_max, grid_exponent, tile_grid, tile_of, truncate, walk_tile
 
     @njit(parallel=True, cache=True)
     def _decode_rows(  # pragma: no cover - compiled
@@ -235,9 +235,9 @@ def accumulate(a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: Accumulat
     if a.device.type != "cpu" or b.device.type != "cpu":
         raise BackendUnavailableError("backend 'cpu' runs on CPU tensors only")
     if a.dtype not in FP8_DTYPES:
-        numba_cache.announce_first_compile(cpu_zoo.__file__, "the cpu backend's kernels for the zoo formats")
-        return cpu_zoo.accumulate_wide(a, b, preset, plan)
-    numba_cache.announce_first_compile(__file__, "the cpu backend's kernels")
+        _numba_cache.announce_first_compile(_cpu_zoo.__file__, "the cpu backend's kernels for the zoo formats")
+        return _cpu_zoo.accumulate_wide(a, b, preset, plan)
+    _numba_cache.announce_first_compile(__file__, "the cpu backend's kernels")
     m, n = a.shape[0], b.shape[0]
     if _use_avx512(preset):
         result = _accumulate_avx512(a, b, preset, plan)
@@ -257,13 +257,13 @@ def accumulate(a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: Accumulat
 
 
 def _use_avx512(preset: Preset) -> bool:
-    """Whether FP8 operands go to the AVX-512 kernel (:mod:`mmaemu.backends.cpu_fp8`).
+    """Whether FP8 operands go to the AVX-512 kernel (:mod:`mmaemu.backends._cpu_fp8`).
 
     Where the CPU has AVX-512F and BW and the preset fits the kernel's accumulators; the
     environment variable ``MMAEMU_CPU_PORTABLE=1`` selects the portable kernel everywhere (both
     compute the same bits; the tests run both).
     """
-    return cpu_fp8.expresses(preset) and cpu_fp8.available() and not env_flag("MMAEMU_CPU_PORTABLE")
+    return _cpu_fp8.expresses(preset) and _cpu_fp8.available() and not env_flag("MMAEMU_CPU_PORTABLE")
 
 
 def _m_tile(m: int, n_panels: int, threads: int) -> int:
@@ -276,7 +276,7 @@ def _m_tile(m: int, n_panels: int, threads: int) -> int:
 
 
 def _tables(fmt: Fp8Format) -> np.ndarray:
-    return cpu_fp8.code_tables(fmt.mantissa_bits, fmt.bias, fmt.value.has_inf)
+    return _cpu_fp8.code_tables(fmt.mantissa_bits, fmt.bias, fmt.value.has_inf)
 
 
 def _accumulate_avx512(a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: AccumulationPlan) -> Accumulated | None:
@@ -291,12 +291,12 @@ def _accumulate_avx512(a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: A
         return None
     flat = flatten_plan(plan)
     kseq = flat.k_order.numpy()
-    starts, stops, first = cpu_fp8.block_bounds(list(flat.chain_starts), preset.block_size)
-    lanes_over_a = m >= cpu_fp8.PANEL
+    starts, stops, first = _cpu_fp8.block_bounds(list(flat.chain_starts), preset.block_size)
+    lanes_over_a = m >= _cpu_fp8.PANEL
     rows, cols = (b, a) if lanes_over_a else (a, b)
     f_rows, f_cols = fp8_format_of(rows.dtype), fp8_format_of(cols.dtype)
     r, c = rows.shape[0], cols.shape[0]
-    n_blocks, width, n_panels = len(starts), -(-preset.block_size // 16) * 16, cpu_fp8.panels(c)
+    n_blocks, width, n_panels = len(starts), -(-preset.block_size // 16) * 16, _cpu_fp8.panels(c)
     codes_r = rows.detach().view(torch.uint8).contiguous().numpy()
     codes_c = cols.detach().view(torch.uint8).contiguous().numpy()
     out = np.zeros((m, n), dtype=np.float32)
@@ -305,14 +305,14 @@ def _accumulate_avx512(a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: A
         sel = aligned_buffer("fp8.rows.sign", (n_blocks, r, width), np.int32)
         ea = aligned_buffer("fp8.rows.exponents", (n_blocks, r, width), np.int32)
         inf_r = np.zeros(r, dtype=np.bool_)
-        cpu_fp8.decode_a_blocks(codes_r, kseq, flat.identity, starts, stops, f_rows.mantissa_bits, f_rows.bias,
+        _cpu_fp8.decode_a_blocks(codes_r, kseq, flat.identity, starts, stops, f_rows.mantissa_bits, f_rows.bias,
                                 f_rows.value.has_inf, va, sel, ea, inf_r)
-        bpn = aligned_buffer("fp8.cols.values", (n_panels, k, 2, cpu_fp8.PANEL), np.float32)
-        eb = aligned_buffer("fp8.cols.exponents", (n_panels, k, cpu_fp8.PANEL), np.int8)
-        inf_c = np.zeros(n_panels * math.ceil(k / cpu_fp8.PANEL), dtype=np.bool_)
-        cpu_fp8.decode_b_panels(codes_c, kseq, _tables(f_cols), bpn, eb, inf_c)
+        bpn = aligned_buffer("fp8.cols.values", (n_panels, k, 2, _cpu_fp8.PANEL), np.float32)
+        eb = aligned_buffer("fp8.cols.exponents", (n_panels, k, _cpu_fp8.PANEL), np.int8)
+        inf_c = np.zeros(n_panels * math.ceil(k / _cpu_fp8.PANEL), dtype=np.bool_)
+        _cpu_fp8.decode_b_panels(codes_c, kseq, _tables(f_cols), bpn, eb, inf_c)
         m_tile = _m_tile(r, n_panels, numba.get_num_threads())
-        cpu_fp8.kernel(va, sel, ea, bpn, eb, starts, stops, first, np.asarray(flat.chain_part, np.int64),
+        _cpu_fp8.kernel(va, sel, ea, bpn, eb, starts, stops, first, np.asarray(flat.chain_part, np.int64),
                        len(plan.parts), np.asarray(flat.order, np.int64), np.asarray(flat.role, np.int64),
                        preset.frac_bits, m_tile, out, lanes_over_a)
     return Accumulated(torch.from_numpy(out), bool(inf_r.any() or inf_c.any()))

@@ -9,10 +9,10 @@ A backend module provides three functions and wraps them in an :class:`Executor`
   :class:`Accumulated`.
 
 The backend computes only what it expresses, and may count Inf codes as zeros (it says so in
-:attr:`Accumulated.inf_zeroed`). The dispatcher (:mod:`mmaemu.backends.dispatch`) alone sends the
+:attr:`Accumulated.inf_zeroed`). The dispatcher (:mod:`mmaemu.backends._dispatch`) alone sends the
 presets a backend does not express to the reference backend, recomputes the outputs that meet an Inf
 code, and applies the NaN rule, so a new backend is one module and a row of
-:data:`mmaemu.backends.dispatch.EXECUTORS`.
+:data:`mmaemu.backends._dispatch.EXECUTORS`.
 """
 
 from __future__ import annotations

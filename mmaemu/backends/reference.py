@@ -15,7 +15,7 @@ import torch
 
 from ..accumulation import AccumulationPlan, combine_parts
 from ..model import Preset, chain
-from ..operands import BlockOperands
+from .._operands import BlockOperands
 from ..presets import Accumulator, require_accumulator
 from .protocol import Accumulated, Backend, Executor
 

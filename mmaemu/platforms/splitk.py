@@ -10,7 +10,7 @@
    (:mod:`mmaemu.platforms.cublaslt`); never elsewhere;
 4. ``envelope``: above a bound on M*N, S = 1 (H100: a bound per setting and K, fitted and tested on a
    sealed held-out set; RTX 4060: twice the setting's largest split M*N).
-   An envelope decision reads the table's ``info["envelope"]`` (:mod:`mmaemu.recording.envelope`
+   An envelope decision reads the table's ``info["envelope"]`` (:mod:`mmaemu.recording._envelope`
    fits it);
 5. ``inference``: a rule of :mod:`mmaemu.platforms.inference` that every row of the table obeys, within
    the domain its evidence covers (experimental: ``verified=False`` and
@@ -38,7 +38,7 @@ from ..errors import (
     UnverifiedSplitWarning,
 )
 from ..formats import Fp8Format, OutFormat
-from ..host import env_flag
+from .._host import env_flag
 from ..split import Scheme, SplitK
 from . import cublaslt, inference
 from .profiles import Profile, SplitFamily

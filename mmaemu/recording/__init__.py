@@ -3,7 +3,7 @@
 - :mod:`~mmaemu.recording.format`: the directory format (manifest, sections, call records), read and written;
 - :mod:`~mmaemu.recording.inputs`: live-call inputs regenerated from a seed;
 - :mod:`~mmaemu.recording.probes`: the numerics probes and their analysis (which preset fits);
-- :mod:`~mmaemu.recording.envelope`: the split-K envelope, fitted and tested on held-out rows;
+- :mod:`~mmaemu.recording._envelope`: the split-K envelope, fitted and tested on held-out rows;
 - :mod:`~mmaemu.recording.profile`: a :class:`~mmaemu.platforms.profiles.Profile` from a recording;
 - :mod:`~mmaemu.recording.record`: ``python -m mmaemu record`` (on a CUDA machine);
 - :mod:`~mmaemu.recording.replay`: ``python -m mmaemu replay`` (anywhere).

@@ -1,4 +1,4 @@
-"""The on-disk format of a reference-platform recording and its one strict reader (the writer: :mod:`mmaemu.recording.writer`).
+"""The on-disk format of a reference-platform recording and its one strict reader (the writer: :mod:`mmaemu.recording._writer`).
 
 A recording (written by ``python -m mmaemu record``, :mod:`mmaemu.recording.record`) is a directory:
 
@@ -46,7 +46,7 @@ import numpy as np
 from ..errors import RecordingDamagedError
 from ..platforms.table import WS_BYTES, check_table_columns
 from .directory import RecordingDirectory
-from .records import (
+from ._records import (
     FORMAT,
     FORMAT_VERSION,
     CallRecord,

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from ..formats import Fp8Format
-from .records import DataKind, output_bytes, sha256_bytes
+from ._records import DataKind, output_bytes, sha256_bytes
 
 __all__ = ["call_inputs", "inputs_sha256"]
 

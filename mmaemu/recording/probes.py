@@ -27,7 +27,7 @@ The verdict names the shipped preset that fits (``hopper``, ``ada``, ``b200_mma_
 single candidate that fits outside them, or says that none fits. The arithmetic rows tell the two Blackwell
 candidates apart (``b200_mma_sync``: B = 32, F = 25, c added after the block by a rounded fp32 addition, the
 sum rounded to nearest; ``sm120``: the same block with c aligned and the sum truncated), so a recording on an
-sm_120 GPU confirms or refutes ``sm120`` (:func:`mmaemu.recording.verdict.sm120_note`).
+sm_120 GPU confirms or refutes ``sm120`` (:func:`mmaemu.recording._verdict.sm120_note`).
 """
 
 from __future__ import annotations
@@ -348,7 +348,7 @@ class ProbeVerdict:
         fits: whether a preset, the emulator's slow interval (128) and (when split probes ran) a
             split family all fit (and, when bias probes ran, at least one bias order).
         summary: one line.
-        bias_probes: how many bias probes were recorded (:mod:`mmaemu.recording.bias`).
+        bias_probes: how many bias probes were recorded (:mod:`mmaemu.recording._bias`).
         bias_orders: the bias orders that reproduce every bias probe under the preset.
     """
 

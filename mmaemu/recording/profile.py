@@ -16,13 +16,13 @@ from typing import Any
 from ..platforms.profiles import Caller, Profile, SplitFamily, register_profile
 from ..platforms.table import WS_BYTES, SplitTable, register_table, setting_statistics
 from ..presets import Maturity, Preset, get_preset
-from .attestation import attested
+from ._attestation import attested
 from .directory import RecordingDirectory
-from .envelope import TableRows, fit_envelope, heldout_mask, validate_envelope
+from ._envelope import TableRows, fit_envelope, heldout_mask, validate_envelope
 from .format import Recording
 from .probes import ProbeVerdict
-from .verdict import verdict_from_recording
-from .records import sha256_bytes
+from ._verdict import verdict_from_recording
+from ._records import sha256_bytes
 
 __all__ = ["profile_from_recording", "register_recording", "replay_report"]
 
@@ -91,7 +91,7 @@ def profile_from_recording(directory: str | os.PathLike[str] | Recording, *, nam
     verdict (or ``preset=`` / ``split_family=``). The profile is ``validated`` only when a replay report
     of this very recording (``replay.json`` in the directory, or ``report=``) passed, the probes fit a
     preset and at least one live call was replayed; otherwise ``experimental``. The report must be
-    attested (:mod:`mmaemu.recording.attestation`: written by this user's replay, unedited). "This very recording"
+    attested (:mod:`mmaemu.recording._attestation`: written by this user's replay, unedited). "This very recording"
     means these bytes: the report names the digest of the files' content it replayed
     (:attr:`~mmaemu.recording.format.Recording.digest`), and the files are read and hashed again here,
     so a file edited after the replay (resealed or not) never yields a validated profile.
@@ -105,7 +105,7 @@ def profile_from_recording(directory: str | os.PathLike[str] | Recording, *, nam
         split_family: a :class:`~mmaemu.platforms.profiles.SplitFamily` to use instead of the probes' verdict.
         report: a replay report (default: ``replay.json`` in the directory, if present).
         register: also :func:`~mmaemu.platforms.profiles.register_profile` it (with its table).
-        verdict: the probes' verdict, when already computed (:func:`mmaemu.recording.verdict.verdict_from_recording`).
+        verdict: the probes' verdict, when already computed (:func:`mmaemu.recording._verdict.verdict_from_recording`).
 
     Raises:
         RecordingDamagedError: the recording is damaged (a changed, missing, unsealed or malformed file, a

@@ -6,7 +6,7 @@ The recorder runs four sections inside a fixed time budget and writes a recordin
 1. **environment**: GPU, SM count, compute capability, driver, CUDA, cuBLASLt version and the sha256 of
    the library, torch, Transformer Engine (if installed);
 2. **heuristics**: cuBLASLt's decision (S, reduction scheme, customOption, workspace needed) with torch's
-   ``_scaled_mm`` descriptor (:mod:`mmaemu.platforms.cublaslt`) for a grid of shapes (:mod:`mmaemu.recording.grid`): a dense grid of M x M*N levels x
+   ``_scaled_mm`` descriptor (:mod:`mmaemu.platforms.cublaslt`) for a grid of shapes (:mod:`mmaemu.recording._grid`): a dense grid of M x M*N levels x
    K around the split region (for the envelope), random held-out shapes, and common model projections;
    every workspace, output dtype, format pair, fast and slow;
 3. **probes**: the numerics probes of :mod:`mmaemu.recording.probes` (arithmetic, slow interval, split-K on shapes
@@ -15,8 +15,8 @@ The recorder runs four sections inside a fixed time budget and writes a recordin
    multiple of 128 among them, each run twice; inputs from a seed, the outputs' sha256, the full output
    of a sample, the heuristic's decision for each.
 
-Everything that needs the GPU goes through a :class:`~mmaemu.recording.device.Device`
-(:mod:`mmaemu.recording.device`); the sections share one time budget (:mod:`mmaemu.recording.budget`).
+Everything that needs the GPU goes through a :class:`~mmaemu.recording._device.Device`
+(:mod:`mmaemu.recording._device`); the sections share one time budget (:mod:`mmaemu.recording._budget`).
 """
 
 from __future__ import annotations
@@ -44,11 +44,11 @@ from ..platforms.table import (
     table_arrays,
     table_codes,
 )
-from .bias import BiasResult, bias_document, bias_probes
-from .budget import Budget
-from .device import CudaDevice, Device, default_torch_workspace
-from .writer import RecordingWriter
-from .records import (
+from ._bias import BiasResult, bias_document, bias_probes
+from ._budget import Budget
+from ._device import CudaDevice, Device, default_torch_workspace
+from ._writer import RecordingWriter
+from ._records import (
     CallRecord,
     DataKind,
     Part,
@@ -58,7 +58,7 @@ from .records import (
     fp32_scalar,
     output_sha256,
 )
-from .grid import GRIDS, Grid
+from ._grid import GRIDS, Grid
 from .inputs import call_inputs, inputs_sha256
 from .probes import (
     CORNER,
@@ -69,7 +69,7 @@ from .probes import (
     split_probe,
     unsplit_probes,
 )
-from .verdict import probe_document, with_sm120_note
+from ._verdict import probe_document, with_sm120_note
 
 __all__ = ["Recorder", "check_out", "main_record", "record"]
 
@@ -252,7 +252,7 @@ class Recorder:
         return status
 
     def _bias_probes(self, errors: dict[str, str]) -> list[BiasResult]:
-        """Run the bias probes (:mod:`mmaemu.recording.bias`); a refused one is an error entry."""
+        """Run the bias probes (:mod:`mmaemu.recording._bias`); a refused one is an error entry."""
         results = []
         for p in bias_probes():
             decision = self._query(16, 16, 16, Fp8Format.E4M3, Fp8Format.E4M3, p.out, True, self.torch_workspace,

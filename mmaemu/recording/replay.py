@@ -22,7 +22,7 @@ written); a data file that changed since it was sealed, is unsealed, oversized, 
 name and field, and the replay stops there. A recording must also be complete: every section
 ``complete`` (not ``partial``, ``pending`` or ``skipped``), its files in the manifest, at least one
 heuristic row and one live call. The report is written attested
-(:mod:`mmaemu.recording.attestation`), so that only this machine's replay validates a profile.
+(:mod:`mmaemu.recording._attestation`), so that only this machine's replay validates a profile.
 
 Exit status 0 only if everything the recording claims matches: a complete recording, no changed or
 damaged file, every live call equal and deterministic, every heuristic row reproduced, no drift, and the
@@ -50,15 +50,15 @@ from ..platforms.profiles import PROFILES, Caller, Profile, SplitFamily
 from ..platforms.splitk import Problem, SplitSource, resolve_splitk, scheme_for
 from ..platforms.table import Setting, SplitTable
 from ..presets import Preset, get_preset
-from .attestation import attest
+from ._attestation import attest
 from .directory import RecordingDirectory
-from .envelope import TableRows
+from ._envelope import TableRows
 from .format import SECTION_FILES, Inspection, Recording, inspect
 from .inputs import call_inputs, inputs_sha256
 from .probes import ProbeVerdict
-from .verdict import verdict_from_recording
+from ._verdict import verdict_from_recording
 from .profile import profile_from_recording
-from .records import CallClass, CallRecord, Section, SectionStatus, fp32_scalar, output_bytes, output_sha256
+from ._records import CallClass, CallRecord, Section, SectionStatus, fp32_scalar, output_bytes, output_sha256
 
 __all__ = ["CallOutcome", "ReplayReport", "main_replay", "replay"]
 
@@ -312,7 +312,7 @@ def _incomplete(rec: Recording) -> list[str]:
 
 
 def _write_report(root: Path, report: ReplayReport) -> None:
-    """Write ``replay.json``, attested (:mod:`mmaemu.recording.attestation`), whole or not at all: a new file
+    """Write ``replay.json``, attested (:mod:`mmaemu.recording._attestation`), whole or not at all: a new file
     renamed over the entry (never written through a link planted there)."""
     data = (json.dumps(attest(report.to_json()), indent=1, sort_keys=True) + "\n").encode()
     try:

@@ -18,7 +18,7 @@ import pytest
 
 pytest.importorskip("numba")
 
-from mmaemu.backends import cpu, cpu_zoo, numba_cache  # noqa: E402
+from mmaemu.backends import cpu, _cpu_zoo, _numba_cache  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "mmaemu"
@@ -26,7 +26,7 @@ PACKAGE = ROOT / "mmaemu"
 
 def _dispatchers() -> list[object]:
     """The numba dispatchers of the cpu backend that cache to disk (``cache=True``)."""
-    return [v for module in (cpu, cpu_zoo) for v in vars(module).values()
+    return [v for module in (cpu, _cpu_zoo) for v in vars(module).values()
             if hasattr(v, "py_func") and hasattr(getattr(v, "_cache", None), "_cache_path")]
 
 
@@ -38,12 +38,12 @@ def test_every_cached_kernel_of_the_cpu_backend_is_cached_outside_the_package() 
         if os.environ.get("NUMBA_CACHE_DIR"):
             assert path.is_relative_to(Path(os.environ["NUMBA_CACHE_DIR"]))
         else:
-            assert path.is_relative_to(numba_cache.cache_dir()), path
+            assert path.is_relative_to(_numba_cache.cache_dir()), path
         assert not path.resolve().is_relative_to(PACKAGE.resolve()), path
 
 
 def test_the_locator_answers_for_mmaemu_only_and_yields_to_numba_cache_dir(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert numba_cache.install()  # idempotent: already installed by the cpu backend
+    assert _numba_cache.install()  # idempotent: already installed by the cpu backend
     from numba.core import caching
 
     impl = getattr(caching, "CacheImpl", None) or caching._CacheImpl  # type: ignore[attr-defined]
@@ -63,20 +63,20 @@ def test_first_compile_is_announced_once_and_only_without_cached_code(
 ) -> None:
     monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
     monkeypatch.setenv("MMAEMU_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(numba_cache, "_announced", type(numba_cache._announced)())
-    numba_cache.announce_first_compile(cpu.__file__, "the kernels")
-    numba_cache.announce_first_compile(cpu.__file__, "the kernels")
+    monkeypatch.setattr(_numba_cache, "_announced", type(_numba_cache._announced)())
+    _numba_cache.announce_first_compile(cpu.__file__, "the kernels")
+    _numba_cache.announce_first_compile(cpu.__file__, "the kernels")
     err = capsys.readouterr().err
     assert err.count("mmaemu: compiling the kernels with numba") == 1 and str(tmp_path) in err
-    folder = numba_cache._compiled_dir(cpu.__file__)
+    folder = _numba_cache._compiled_dir(cpu.__file__)
     folder.mkdir(parents=True)
     (folder / "cpu._kernel-1.py311.nbi").write_bytes(b"")
-    monkeypatch.setattr(numba_cache, "_announced", type(numba_cache._announced)())
-    numba_cache.announce_first_compile(cpu.__file__, "the kernels")
+    monkeypatch.setattr(_numba_cache, "_announced", type(_numba_cache._announced)())
+    _numba_cache.announce_first_compile(cpu.__file__, "the kernels")
     assert capsys.readouterr().err == ""
     # the zoo kernels' module shares the folder: the FP8 kernels' index does not silence it
-    monkeypatch.setattr(numba_cache, "_announced", type(numba_cache._announced)())
-    numba_cache.announce_first_compile(cpu_zoo.__file__, "the zoo kernels")
+    monkeypatch.setattr(_numba_cache, "_announced", type(_numba_cache._announced)())
+    _numba_cache.announce_first_compile(_cpu_zoo.__file__, "the zoo kernels")
     assert "mmaemu: compiling the zoo kernels with numba" in capsys.readouterr().err
 
 

@@ -20,7 +20,7 @@ import mmaemu
 from mmaemu import ops
 from mmaemu.backends import cpu as cpu_backend
 from mmaemu.backends.triton import backend as triton_backend
-from mmaemu.host import check_cpu_subnormals
+from mmaemu._host import check_cpu_subnormals
 from mmaemu.formats import Fp8Format, OutFormat
 from mmaemu.platforms.splitk import Problem, SplitSource, resolve_splitk
 from mmaemu.platforms.profiles import get_profile

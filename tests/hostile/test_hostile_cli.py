@@ -18,10 +18,10 @@ from emulated_device import copy_recording
 from mmaemu import bench, cli
 from mmaemu.errors import RecordingDamagedError
 from mmaemu.recording import replay as replay_module
-from mmaemu.recording.attestation import attest
+from mmaemu.recording._attestation import attest
 from mmaemu.recording.record import main_record
 from mmaemu.recording.replay import main_replay, replay
-from mmaemu.recording.writer import RecordingWriter, reseal
+from mmaemu.recording._writer import RecordingWriter, reseal
 from mmaemu.split import Scheme, SplitK
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

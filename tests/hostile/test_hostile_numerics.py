@@ -20,7 +20,7 @@ import mmaemu
 from mmaemu import model, presets
 from mmaemu.presets import HOPPER
 from mmaemu.errors import UnsupportedFeatureError
-from mmaemu.operands import BlockOperands
+from mmaemu._operands import BlockOperands
 from mmaemu.nn import EmulatedFP8Linear
 from mmaemu.quantization import current_scale, quantize, reciprocal_scale, scale_from_amax
 from mmaemu.testing import assert_bitwise_equal, bitwise_diff

@@ -21,7 +21,7 @@ from mmaemu import cli
 from mmaemu.errors import RecordingDamagedError
 from mmaemu.presets import Maturity
 from mmaemu.recording.format import Recording
-from mmaemu.recording.writer import RecordingWriter, reseal
+from mmaemu.recording._writer import RecordingWriter, reseal
 from mmaemu.recording.profile import profile_from_recording
 from mmaemu.recording.replay import main_replay, replay
 

@@ -21,7 +21,7 @@ from mmaemu.recording.probes import (
     split_probe,
     unsplit_probes,
 )
-from mmaemu.recording.verdict import probe_document, results_from_document, sm120_note
+from mmaemu.recording._verdict import probe_document, results_from_document, sm120_note
 from mmaemu.split import Scheme, SplitK
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

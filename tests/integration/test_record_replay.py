@@ -25,12 +25,12 @@ from mmaemu.presets import Maturity
 from mmaemu.platforms.profiles import USER_PROFILES, get_profile, register_profile, unregister_profile
 from mmaemu.platforms.splitk import Problem, resolve_splitk
 from mmaemu.platforms.table import SplitTable
-from mmaemu.recording.budget import Budget
+from mmaemu.recording._budget import Budget
 from mmaemu.recording.record import Recorder, record
 from mmaemu.recording.format import Recording, inspect
-from mmaemu.recording.writer import reseal
-from mmaemu.recording.records import CallClass, CallRecord, Part, Section, SectionStatus
-from mmaemu.recording.envelope import TableRows
+from mmaemu.recording._writer import reseal
+from mmaemu.recording._records import CallClass, CallRecord, Part, Section, SectionStatus
+from mmaemu.recording._envelope import TableRows
 from mmaemu.recording.profile import profile_from_recording
 from mmaemu.recording.replay import main_replay, replay
 
@@ -237,7 +237,7 @@ def test_the_bias_probes_decide_the_bias_order(recorded: Path, tmp_path: Path) -
     the shared recording computes 'after-scale'; one recorded here computes 'fused'; each verdict names its own, the
     profile built from it carries it, and its biased calls no longer warn as unverified."""
     from mmaemu.epilogue import BiasOrder
-    from mmaemu.recording.verdict import verdict_from_recording
+    from mmaemu.recording._verdict import verdict_from_recording
 
     after = verdict_from_recording(Recording.open(recorded))
     assert after.bias_probes == 6 and after.bias_orders == (BiasOrder.AFTER_SCALE,) and after.fits

@@ -124,3 +124,22 @@ def test_every_test_file_lives_in_a_tier_folder() -> None:
     assert not sorted(p.name for p in TESTS.glob("test_*.py")), "move these into a tier folder"
     folders = {p.parent.name for p in TESTS.glob("*/test_*.py")}
     assert folders == set(TIERS), folders
+
+
+#: The pages that explain the internals to maintainers; every other page, the README and the examples
+#: are what a user reads, and a user reaches only public modules.
+MAINTAINER_PAGES = {"docs/architecture.md", "docs/performance.md"}
+INTERNAL = re.compile(r"mmaemu(?:\.\w+)*\._[a-z]\w*|from mmaemu[\w.]* import [^\n]*\b_[a-z]\w*")
+
+
+def test_what_users_read_reaches_no_internal_module() -> None:
+    """Underscored modules are internal: the README, the user pages and the examples import none."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "examples").glob("*"))]
+    found = []
+    for page in pages:
+        if page.relative_to(ROOT).as_posix() in MAINTAINER_PAGES or not page.is_file():
+            continue
+        found += [f"{page.relative_to(ROOT)}: {m.group(0)}" for m in INTERNAL.finditer(page.read_text())]
+    assert not found, found
+    internal = [m for m in _package_modules() if Path(m).name.startswith("_") and Path(m).stem not in {"__init__", "__main__"}]
+    assert len(internal) >= 20, internal  # the underscored modules are still there to be kept out

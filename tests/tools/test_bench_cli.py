@@ -83,5 +83,5 @@ def test_zoo_rows_run_at_the_last_shape_only(capsys: pytest.CaptureFixture[str])
     first, last = report["results"]  # type: ignore[misc]
     assert "zoo" not in first and [r["preset"] for r in last["zoo"]][:1] == ["volta"]
     assert all(r["over_e4m3"] > 0 for r in last["zoo"])
-    assert report["cpu"] and report["cpu_fp8_kernel"] in ("avx512 (mmaemu.backends.cpu_fp8)", "portable")
+    assert report["cpu"] and report["cpu_fp8_kernel"] in ("avx512 (mmaemu.backends._cpu_fp8)", "portable")
     assert "zoo: cpu accumulate at M, K, N = 16, 32, 32" in capsys.readouterr().out

@@ -40,6 +40,6 @@ def test_the_inner_loops_are_vectorised() -> None:
     pytest.importorskip("numba")
     proc = subprocess.run([sys.executable, str(TOOL)], capture_output=True, text=True, check=False, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    from mmaemu.backends import cpu_fp8
+    from mmaemu.backends import _cpu_fp8
 
-    assert proc.stdout.count(" ok") == (4 if cpu_fp8.available() else 3)
+    assert proc.stdout.count(" ok") == (4 if _cpu_fp8.available() else 3)

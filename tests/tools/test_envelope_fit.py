@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mmaemu.recording.envelope import NO_CLAIM, TableRows, fit_envelope, heldout_mask, validate_envelope
+from mmaemu.recording._envelope import NO_CLAIM, TableRows, fit_envelope, heldout_mask, validate_envelope
 from mmaemu.recording.format import Part
 from mmaemu.platforms.table import setting_code
 

@@ -176,8 +176,11 @@ ROWS = [
     Row("mixed-to-e5m2", lambda: base(mat2=mat(16, 32, E5).t(), out_dtype=E5), check=equals(32.0, E5)),
     Row("m-zero", lambda: base(mat1=mat(0, 32)), check=shape_is(0, 16)),
     Row("n-zero", lambda: base(mat2=mat(0, 32).t()), check=shape_is(16, 0)),
+    # Not cross-checked with torch's CPU kernel: torch 2.13's returns uninitialised memory at K = 0
+    # (whatever the allocator hands back: zeros on a fresh page, an earlier result's values otherwise; seen
+    # on this project's Xeon machine, 2026-12-03). The zeros are torch 2.7.1's CUDA early return (checks.py).
     Row("k-zero-zeros", lambda: base(mat1=mat(16, 0), mat2=mat(16, 0).t(), scale_a=-one(), out_dtype=torch.float32),
-        check=positive_zeros, torch_cpu="same"),
+        check=positive_zeros),
     Row("k-zero-ignores-bias", lambda: base(mat1=mat(16, 0), mat2=mat(16, 0).t(), bias=torch.ones(16, dtype=torch.bfloat16)),
         check=positive_zeros),
     Row("padded-mat1", lambda: base(mat1=padded_mat1()), check=equals(32.0)),

@@ -9,7 +9,7 @@ import torch
 from mmaemu.formats import EXPONENT_OF_ZERO, Fp8Format, decode_fp8
 
 cpu = pytest.importorskip("mmaemu.backends.cpu")
-from mmaemu.backends import cpu_scratch  # noqa: E402
+from mmaemu.backends import _cpu_scratch  # noqa: E402
 if not cpu.available()[0]:  # pragma: no cover
     pytest.skip("numba is not installed", allow_module_level=True)
 
@@ -38,22 +38,22 @@ def test_exponent_sums_keep_zero_operands_below_every_real_product() -> None:
 
 @pytest.mark.parametrize(("m", "n", "threads"), [(64, 5760, 2), (2048, 5760, 16), (1, 1, 2), (3, 100000, 64)])
 def test_tiles_cover_the_output_and_feed_every_thread_where_they_can(m: int, n: int, threads: int) -> None:
-    m_tile, n_tile = cpu_scratch.tiles(m, n, threads)
+    m_tile, n_tile = _cpu_scratch.tiles(m, n, threads)
     assert 4 <= m_tile <= 32 and 256 <= n_tile <= 1024
     tasks = -(-m // m_tile) * -(-n // n_tile)
     assert tasks >= 4 * threads or (m_tile, n_tile) == (4, 256)
 
 
 def test_scratch_buffers_are_reused_per_thread_and_released() -> None:
-    first = cpu_scratch.buffer("test.reuse", (3, 5), np.float32)
-    again = cpu_scratch.buffer("test.reuse", (5, 3), np.float32)
+    first = _cpu_scratch.buffer("test.reuse", (3, 5), np.float32)
+    again = _cpu_scratch.buffer("test.reuse", (5, 3), np.float32)
     assert np.shares_memory(first, again)  # no new allocation for the same or a smaller size
-    bigger = cpu_scratch.buffer("test.reuse", (100, 5), np.float32)
+    bigger = _cpu_scratch.buffer("test.reuse", (100, 5), np.float32)
     assert bigger.shape == (100, 5) and not np.shares_memory(first, bigger)
-    huge = cpu_scratch.SCRATCH_LIMIT_BYTES // 4 + 1
-    assert not np.shares_memory(cpu_scratch.buffer("test.huge", (huge,), np.float32), cpu_scratch.buffer("test.huge", (huge,), np.float32))
-    cpu_scratch.release_scratch()
-    assert not np.shares_memory(bigger, cpu_scratch.buffer("test.reuse", (100, 5), np.float32))
+    huge = _cpu_scratch.SCRATCH_LIMIT_BYTES // 4 + 1
+    assert not np.shares_memory(_cpu_scratch.buffer("test.huge", (huge,), np.float32), _cpu_scratch.buffer("test.huge", (huge,), np.float32))
+    _cpu_scratch.release_scratch()
+    assert not np.shares_memory(bigger, _cpu_scratch.buffer("test.reuse", (100, 5), np.float32))
 
 
 def test_consecutive_calls_do_not_see_each_others_operands() -> None:
@@ -100,9 +100,9 @@ def test_launches_are_serialised_under_the_workqueue_layer(monkeypatch: pytest.M
     import contextlib
 
     monkeypatch.setattr(cpu.numba, "threading_layer", lambda: "workqueue")
-    assert cpu_scratch.launch_guard() is cpu_scratch._WORKQUEUE_LOCK
+    assert _cpu_scratch.launch_guard() is _cpu_scratch._WORKQUEUE_LOCK
     monkeypatch.setattr(cpu.numba, "threading_layer", lambda: "omp")
-    assert isinstance(cpu_scratch.launch_guard(), contextlib.nullcontext)
+    assert isinstance(_cpu_scratch.launch_guard(), contextlib.nullcontext)
 
 
 @pytest.mark.parametrize("split", [1, (3, "contiguous"), (4, "pairwise")])

@@ -1,4 +1,4 @@
-"""The cpu backend's AVX-512 FP8 kernel (``mmaemu.backends.cpu_fp8``) at the edges of its formulation.
+"""The cpu backend's AVX-512 FP8 kernel (``mmaemu.backends._cpu_fp8``) at the edges of its formulation.
 
 The kernel truncates each term by a fused multiply-add rounded toward zero into an accumulator
 offset to 1.5 * 2**23 grid units; these tests aim at what that could get wrong: terms partly or
@@ -24,11 +24,11 @@ import mmaemu
 from mmaemu.presets import CMode, Preset, Rounding, get_preset
 
 cpu = pytest.importorskip("mmaemu.backends.cpu")
-cpu_fp8 = pytest.importorskip("mmaemu.backends.cpu_fp8")
+_cpu_fp8 = pytest.importorskip("mmaemu.backends._cpu_fp8")
 if not cpu.available()[0]:  # pragma: no cover
     pytest.skip("numba is not installed", allow_module_level=True)
 
-needs_avx512 = pytest.mark.skipif(not cpu_fp8.available(), reason="needs a CPU with AVX-512F and AVX-512BW")
+needs_avx512 = pytest.mark.skipif(not _cpu_fp8.available(), reason="needs a CPU with AVX-512F and AVX-512BW")
 
 E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
 
@@ -70,19 +70,19 @@ def _codes(shape: tuple[int, ...], codes: list[int] | range, gen: torch.Generato
 
 
 def test_capacity_bound_admits_the_shipped_presets_only_within_two_to_the_22() -> None:
-    assert cpu_fp8.expresses(get_preset("hopper")) and cpu_fp8.expresses(get_preset("ada"))
+    assert _cpu_fp8.expresses(get_preset("hopper")) and _cpu_fp8.expresses(get_preset("ada"))
     edge = Preset("edge", block_size=32, frac_bits=15, c_mode=CMode.ALIGNED, rounding=Rounding.TRUNCATE)
     over = Preset("over", block_size=33, frac_bits=15, c_mode=CMode.ALIGNED, rounding=Rounding.TRUNCATE)
-    assert cpu_fp8.expresses(edge) is False  # 32 * 2**17 + 2**16 > 2**22
+    assert _cpu_fp8.expresses(edge) is False  # 32 * 2**17 + 2**16 > 2**22
     small = Preset("small", block_size=16, frac_bits=15, c_mode=CMode.ALIGNED, rounding=Rounding.TRUNCATE)
-    assert cpu_fp8.expresses(small)  # 16 * 2**17 + 2**16 <= 2**22
-    assert not cpu_fp8.expresses(over)
+    assert _cpu_fp8.expresses(small)  # 16 * 2**17 + 2**16 <= 2**22
+    assert not _cpu_fp8.expresses(over)
     nearest = Preset("nearest", block_size=32, frac_bits=13, c_mode=CMode.ALIGNED, rounding=Rounding.NEAREST_EVEN)
-    assert not cpu_fp8.expresses(nearest)
+    assert not _cpu_fp8.expresses(nearest)
 
 
 def test_block_bounds_follow_the_chains() -> None:
-    starts, stops, first = cpu_fp8.block_bounds([0, 70, 100], 32)
+    starts, stops, first = _cpu_fp8.block_bounds([0, 70, 100], 32)
     assert starts.tolist() == [0, 32, 64, 70] and stops.tolist() == [32, 64, 70, 100] and first.tolist() == [0, 3, 4]
 
 

@@ -1,4 +1,4 @@
-"""mmaemu.host: the boolean variables' one parser, the per-user directory, and the inference-only rule at
+"""mmaemu._host: the boolean variables' one parser, the per-user directory, and the inference-only rule at
 every entry point."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import torch
 
 import mmaemu
 from mmaemu.errors import ExperimentalPresetWarning, UnsupportedFeatureError
-from mmaemu.host import env_flag, refuse_autograd, user_cache_dir
+from mmaemu._host import env_flag, refuse_autograd, user_cache_dir
 from mmaemu.model import block_fma
-from mmaemu.operands import BlockOperands
+from mmaemu._operands import BlockOperands
 from mmaemu.presets import HOPPER
 from mmaemu.quantization import quantize, reciprocal_scale, round_to_tf32, scale_from_amax
 

@@ -21,9 +21,9 @@ import mmaemu
 from mmaemu import backends
 from mmaemu.backends import Backend, auto_fallback, resolve_backend
 from mmaemu.backends.triton import backend as triton_backend
-from mmaemu.backends.triton import native as triton_native
-from mmaemu.backends.triton import selftest as triton_selftest
-from mmaemu.backends.triton.selftest import KernelResult, SelfTestReport
+from mmaemu.backends.triton import _native as triton_native
+from mmaemu.backends.triton import _selftest as triton_selftest
+from mmaemu.backends.triton._selftest import KernelResult, SelfTestReport
 from mmaemu.cli import main
 from mmaemu.errors import BackendFallbackWarning, BackendUnavailableError
 from mmaemu.presets import Preset

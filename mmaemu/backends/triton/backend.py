@@ -1,14 +1,14 @@
 """The Triton backend: the reference GPU's bits on any CUDA GPU, one formulation per launcher module.
 
-:func:`accumulate` picks the formulation (:class:`~mmaemu.backends.triton.launch.Formulation`) a call
+:func:`accumulate` picks the formulation (:class:`~mmaemu.backends.triton._launch.Formulation`) a call
 runs, or takes the caller's:
 
-- :data:`Formulation.NATIVE` (:mod:`~mmaemu.backends.triton.native`): on compute capability 9.0, for the
+- :data:`Formulation.NATIVE` (:mod:`~mmaemu.backends.triton._native`): on compute capability 9.0, for the
   hopper arithmetic, the GPU's own FP8 instruction, once the self-test on that device found it equal to
   the reference backend (:func:`native_applies`; switched off there otherwise);
-- :data:`Formulation.RZ` (:mod:`~mmaemu.backends.triton.rz`): round-toward-zero fmas into accumulators
+- :data:`Formulation.RZ` (:mod:`~mmaemu.backends.triton._rz`): round-toward-zero fmas into accumulators
   held in one binade, for the presets :func:`rz_expresses` (hopper and ada among them);
-- :data:`Formulation.CONVERT` (:mod:`~mmaemu.backends.triton.convert`): the fp32 -> int32 conversion,
+- :data:`Formulation.CONVERT` (:mod:`~mmaemu.backends.triton._convert`): the fp32 -> int32 conversion,
   for the other presets the backend :func:`expresses`.
 
 RZ and CONVERT are exactly-defined fp32 and integer arithmetic (no ``tl.dot``), so the host GPU's own
@@ -17,7 +17,7 @@ tensor-core rounding never enters and their bits do not depend on the GPU model.
 Special values:
 
 - NaN codes count as zero in the exactly-defined formulations; in the sm_90 formulation the outputs they
-  reach are unspecified. The dispatcher (:func:`mmaemu.backends.dispatch.run`) writes the canonical NaN over every output whose row or
+  reach are unspecified. The dispatcher (:func:`mmaemu.backends._dispatch.run`) writes the canonical NaN over every output whose row or
   column holds one, so neither ever shows.
 - Inf codes (E5M2) count as zero in the kernels; the dispatcher then recomputes the outputs whose row of
   ``a`` or of ``b`` holds one with the reference backend (on the same device), which implements the IEEE
@@ -35,7 +35,7 @@ about 2**(31 + log2 K), so neither choice can change a result.
 Availability: Triton must import; kernels compiled for the GPU run on CUDA tensors, and under
 ``TRITON_INTERPRET=1`` (set before the first use in the process) Triton's interpreter runs them on CPU
 tensors, bit for bit (that is how CI tests them). Before first use on a device the self-test of
-:mod:`mmaemu.backends.triton.selftest` must pass there (the dispatcher, :mod:`mmaemu.backends`, runs it).
+:mod:`mmaemu.backends.triton._selftest` must pass there (the dispatcher, :mod:`mmaemu.backends`, runs it).
 """
 
 from __future__ import annotations
@@ -48,8 +48,8 @@ from ...accumulation import AccumulationPlan, flatten_plan
 from ...errors import BackendUnavailableError
 from ...presets import Preset
 from ..protocol import Accumulated, Backend, Executor
-from .convert import GPU_CONFIG, accumulate_convert
-from .launch import (
+from ._convert import GPU_CONFIG, accumulate_convert
+from ._launch import (
     INTERPRETER_CONFIG,
     Formulation,
     TileConfig,
@@ -58,7 +58,7 @@ from .launch import (
     expresses,
     interpreting,
 )
-from .native import (
+from ._native import (
     NATIVE_CAPABILITY,
     NATIVE_ENV,
     NATIVE_GPU_CONFIG,
@@ -69,7 +69,7 @@ from .native import (
     native_arithmetic,
     prepare_native,
 )
-from .rz import (
+from ._rz import (
     PARALLEL_WORKSPACE_BYTES,
     PROGRAMS_PER_SM,
     RZ_GENERAL_GPU_CONFIG,
@@ -169,7 +169,7 @@ def accumulate(
     formulation: Formulation | None = None,
 ) -> Accumulated:
     """fp32 accumulators ``[M, N]`` of FP8 ``a [M, K]`` and ``b [N, K]`` under ``plan``, for a preset the
-    backend :func:`expresses` (:func:`mmaemu.backends.dispatch.accumulators` sends the rest to the
+    backend :func:`expresses` (:func:`mmaemu.backends._dispatch.accumulators` sends the rest to the
     reference backend).
 
     Outputs meeting a NaN code are left to the dispatcher's NaN rule; Inf codes count as zeros (the

@@ -54,12 +54,12 @@ Sources of every number (cited again beside each constant):
 
 from __future__ import annotations
 
-from .abi import *  # noqa: F403
-from .abi import _CublasLtMatmulAlgo, _CublasLtMatmulHeuristicResult  # noqa: F401
-from .descriptor import *  # noqa: F403
-from .library import *  # noqa: F403
-from .library import _LOADED, ENV_PATH  # noqa: F401
-from .query import CublasLt
+from ._abi import *  # noqa: F403
+from ._abi import _CublasLtMatmulAlgo, _CublasLtMatmulHeuristicResult  # noqa: F401
+from ._descriptor import *  # noqa: F403
+from ._library import *  # noqa: F403
+from ._library import _LOADED, ENV_PATH  # noqa: F401
+from ._query import CublasLt
 
 __all__ = [
     # cudaDataType_t [types.h]

@@ -1,6 +1,6 @@
 """The first exactly-defined formulation's launcher: truncation by the fp32 -> int32 conversion.
 
-It runs the presets the backend expresses but :func:`~mmaemu.backends.triton.rz.rz_expresses` does not
+It runs the presets the backend expresses but :func:`~mmaemu.backends.triton._rz.rz_expresses` does not
 (blocks whose sum leaves one binade of the RZ accumulators), and any preset when a caller asks for it
 (``formulation=Formulation.CONVERT``). Per call, in torch on the operands' device: the FP8 codes are
 decoded once (a 256-entry table) into fp32 values and int8 exponents, gathered in the plan's k order
@@ -17,7 +17,7 @@ from ...accumulation import AccumulationPlan, FlatPlan
 from ...formats import decode_fp8
 from ...presets import Preset
 from ..protocol import Accumulated
-from .launch import MAX_PROGRAMS, ZERO_EXP, KernelModule, TileConfig, kernels, on_device
+from ._launch import MAX_PROGRAMS, ZERO_EXP, KernelModule, TileConfig, kernels, on_device
 
 __all__ = ["GPU_CONFIG", "accumulate_convert"]
 

@@ -28,7 +28,7 @@ from ...accumulation import plan_accumulation
 from ...presets import ADA, HOPPER, Preset
 from ...split import Scheme, SplitK
 from .. import reference
-from ..dispatch import accumulators
+from .._dispatch import accumulators
 from .backend import (
     EXECUTOR,
     GPU_CONFIG,

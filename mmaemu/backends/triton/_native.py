@@ -2,7 +2,7 @@
 
 On compute capability 9.0 (H100, H200, GH200) the FP8 ``wgmma`` instruction computes the hopper preset's
 arithmetic (B = 32, F = 13, aligned ``c``, truncation), so
-:func:`~mmaemu.backends.triton.kernels_native.chain_gemm_native_kernel` runs it directly on the operands:
+:func:`~mmaemu.backends.triton._kernels_native.chain_gemm_native_kernel` runs it directly on the operands:
 its bits are the hardware's, not exactly-defined IEEE steps, and the backend uses it only after the
 self-test on that device found it equal to the reference backend (:func:`disable_native` otherwise).
 
@@ -12,7 +12,7 @@ the device, cached per plan); other plans (round-robin splits, K not a multiple 
 codes into the plan's order with every chain padded to 128 (:class:`NativeLayout`).
 
 Special values: outputs whose row of ``a`` or of ``b`` holds a NaN code are unspecified here (the dispatcher,
-:func:`mmaemu.backends.dispatch.run`, writes the canonical NaN over every one of them); outputs that meet an Inf code
+:func:`mmaemu.backends._dispatch.run`, writes the canonical NaN over every one of them); outputs that meet an Inf code
 (E5M2 only) are recomputed by the dispatcher, so only E5M2 operands are scanned (a host
 synchronisation), never E4M3 ones, which have no Inf code.
 """
@@ -24,10 +24,10 @@ from dataclasses import dataclass
 import torch
 
 from ...accumulation import AccumulationPlan, FlatPlan, combine_parts, flatten_plan
-from ...host import env_flag
+from ..._host import env_flag
 from ...presets import CMode, Preset, Rounding
 from ..protocol import Accumulated
-from .launch import (
+from ._launch import (
     MAX_PROGRAMS,
     KernelModule,
     TileConfig,
@@ -62,7 +62,7 @@ NATIVE_GPU_CONFIG = TileConfig(128, 128, 8)
 DOT_K = 128
 #: The compute capability whose FP8 tensor-core instruction is the hopper preset's.
 NATIVE_CAPABILITY = (9, 0)
-#: Environment variable (a boolean, :func:`mmaemu.host.env_flag`; default on): 0, false, no or off keep the
+#: Environment variable (a boolean, :func:`mmaemu._host.env_flag`; default on): 0, false, no or off keep the
 #: sm_90 formulation off (the exactly-defined one runs); any other value than those and 1, true, yes, on raises.
 NATIVE_ENV = "MMAEMU_TRITON_NATIVE"
 #: Devices (``str(torch.device)``) where the sm_90 formulation failed its self-test or was switched off.

@@ -1,11 +1,11 @@
 # mypy: ignore-errors
 # (Triton kernels are typed by Triton's own ``tl.constexpr`` annotations and Triton ships no type stubs;
-# the launcher, :mod:`mmaemu.backends.triton.rz`, wraps them in typed functions.)
+# the launcher, :mod:`mmaemu.backends.triton._rz`, wraps them in typed functions.)
 """The second exactly-defined formulation's kernels: round-toward-zero fmas into accumulators held in
 one binade, no conversion and no masks (:func:`chain_gemm_rz_kernel`, one program per tile walking
 every chain and part; :func:`chains_rz_kernel`, one program per chain and tile).
 
-Imported lazily by :mod:`mmaemu.backends.triton.launch`. Every operation is exactly defined (see
+Imported lazily by :mod:`mmaemu.backends.triton._launch`. Every operation is exactly defined (see
 :func:`chain_gemm_rz_kernel`), and no kernel here calls ``tl.dot``: the host GPU's tensor-core
 rounding never enters.
 """
@@ -17,7 +17,7 @@ except ImportError:  # collected (e.g. by pytest --doctest-modules) without trit
     triton = None
 
 if triton is not None:
-    from .kernels_common import E_MAX, E_MIN, chain_tile, exponent_of, output_tile, store_tile, sum_parts
+    from ._kernels_common import E_MAX, E_MIN, chain_tile, exponent_of, output_tile, store_tile, sum_parts
 
     try:  # the device library's round-toward-zero fma (CUDA); the interpreter runs the twin instead
         from triton.language.extra import libdevice as _libdevice

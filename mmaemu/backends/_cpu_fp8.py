@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from ..presets import CMode, Preset, Rounding
-from . import cpu_simd
+from . import _cpu_simd
 
 __all__ = [
     "PANEL",
@@ -74,7 +74,7 @@ def expresses(preset: Preset) -> bool:
 
 def available() -> bool:
     """Whether the kernel can run here: numba and a CPU with AVX-512F and AVX-512BW."""
-    return _HAVE_NUMBA and cpu_simd.available()
+    return _HAVE_NUMBA and _cpu_simd.available()
 
 
 def block_bounds(chain_starts: list[int], block: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -114,18 +114,18 @@ def panels(n: int) -> int:
 try:  # pragma: no cover - exercised where numba is installed (a dependency)
     from numba import njit, prange
 
-    from . import numba_cache
+    from . import _numba_cache
 
-    numba_cache.install()  # before the decorators below: compiled code in the per-user cache
+    _numba_cache.install()  # before the decorators below: compiled code in the per-user cache
     _HAVE_NUMBA = True
 except Exception:  # noqa: BLE001
     _HAVE_NUMBA = False
 
 
 if _HAVE_NUMBA:  # pragma: no cover - compiled
-    from .cpu_steps import combine_parts
+    from ._cpu_steps import combine_parts
 
-    v: Any = cpu_simd  # the vector intrinsics (typed Any: numba, not mypy, checks their calls)
+    v: Any = _cpu_simd  # the vector intrinsics (typed Any: numba, not mypy, checks their calls)
 
     @njit(inline="always")
     def decode_code(code: Any, man_bits: int, bias: int, nonfinite_from: int) -> tuple[Any, Any, Any]:

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from ...errors import BackendUnavailableError
-from .abi import (
+from ._abi import (
     CUBLAS_STATUS_SUCCESS,
     CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING,
     CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION,
@@ -37,14 +37,14 @@ from .abi import (
     _CublasLtMatmulAlgo,
     _CublasLtMatmulHeuristicResult,
 )
-from .descriptor import (
+from ._descriptor import (
     HeuristicQuery,
     HeuristicResult,
     _failed,
     _status_name,
     scaled_mm_descriptor,
 )
-from .library import (
+from ._library import (
     _cuda_available,
     _library_version,
     _load,

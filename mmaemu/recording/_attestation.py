@@ -21,7 +21,7 @@ import stat
 from collections.abc import Mapping
 from typing import Any
 
-from ..host import user_cache_dir
+from .._host import user_cache_dir
 
 __all__ = ["attest", "attested"]
 

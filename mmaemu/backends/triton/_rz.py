@@ -8,7 +8,7 @@ plan's k order with every chain padded to a multiple of B, and laid out k-major 
 BLOCK_N`` output tile and walks the plan (parts in the order they are combined, chains, blocks) with
 ``c`` in registers; with few outputs and several chains, each (chain, tile) is a program and the
 launcher combines the chain results in the plan's order (:func:`choose_launch`). Inf codes count as
-zeros; the dispatcher (:mod:`mmaemu.backends.dispatch`) recomputes the outputs that meet one.
+zeros; the dispatcher (:mod:`mmaemu.backends._dispatch`) recomputes the outputs that meet one.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from ...accumulation import AccumulationPlan, FlatPlan, combine_parts
 from ...formats import decode_fp8
 from ...presets import Preset
 from ..protocol import Accumulated
-from .launch import (
+from ._launch import (
     MAX_PROGRAMS,
     ZERO_EXP,
     KernelModule,
@@ -131,7 +131,7 @@ def choose_launch(m: int, n: int, n_chains: int, sms: int) -> Launch:
 
 
 def rz_expresses(preset: Preset) -> bool:
-    """Whether the second formulation (:func:`~mmaemu.backends.triton.kernels_rz.chain_gemm_rz_kernel`,
+    """Whether the second formulation (:func:`~mmaemu.backends.triton._kernels_rz.chain_gemm_rz_kernel`,
     no fp32 -> int32 conversion) computes ``preset``: as :func:`expresses`, and a block's terms and
     ``c`` (each below 2**(F + 2) units of the block's grid) must sum below 2**22 units, so that its
     accumulators stay in one binade."""

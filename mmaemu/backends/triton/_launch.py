@@ -1,6 +1,6 @@
 """What every Triton formulation's launcher shares: tiles, the lazy import of the kernels, the device.
 
-The kernel modules (``kernels_convert``, ``kernels_rz``, ``kernels_native``) are imported on first use
+The kernel modules (``_kernels_convert``, ``_kernels_rz``, ``_kernels_native``) are imported on first use
 (:func:`kernels`): Triton decides at decoration time whether a kernel is compiled for the GPU or run by
 its CPU interpreter, so ``TRITON_INTERPRET=1`` must be set before the first use in a process, and a
 machine without Triton imports mmaemu without them.
@@ -51,7 +51,7 @@ MAX_TILE = 1024
 MAX_WARPS = 32
 #: CUDA's limit on the x dimension of a grid.
 MAX_PROGRAMS = 2**31 - 1
-#: Exponent of zero, NaN and Inf codes and of padding (must equal kernels_common.ZERO_EXP).
+#: Exponent of zero, NaN and Inf codes and of padding (must equal _kernels_common.ZERO_EXP).
 ZERO_EXP = -100
 
 
@@ -88,22 +88,22 @@ class Formulation(enum.Enum):
     """Which kernel computes an expressed preset (one launcher module each)."""
 
     #: fp32 products scaled to the block's grid and truncated by the fp32 -> int32 conversion
-    #: (:mod:`~mmaemu.backends.triton.convert`).
+    #: (:mod:`~mmaemu.backends.triton._convert`).
     CONVERT = "convert"
     #: round-toward-zero fma into accumulators held in one binade, no conversion
-    #: (:mod:`~mmaemu.backends.triton.rz`); under the interpreter, an exact twin of the fma.
+    #: (:mod:`~mmaemu.backends.triton._rz`); under the interpreter, an exact twin of the fma.
     RZ = "rz"
-    #: the sm_90 GPU's own FP8 tensor-core instruction (:mod:`~mmaemu.backends.triton.native`).
+    #: the sm_90 GPU's own FP8 tensor-core instruction (:mod:`~mmaemu.backends.triton._native`).
     NATIVE = "native"
 
 
 class KernelModule(enum.Enum):
     """The lazily imported kernel modules."""
 
-    COMMON = "kernels_common"
-    CONVERT = "kernels_convert"
-    RZ = "kernels_rz"
-    NATIVE = "kernels_native"
+    COMMON = "_kernels_common"
+    CONVERT = "_kernels_convert"
+    RZ = "_kernels_rz"
+    NATIVE = "_kernels_native"
 
 
 _TRITON_ERROR: str | None = None
@@ -145,7 +145,7 @@ def interpreting() -> bool:
 def available(device: torch.device | None = None) -> tuple[bool, str]:
     """(usable, reason): whether Triton imports and can run the kernels on ``device``.
 
-    This does not run the self-test (see :func:`mmaemu.backends.triton.selftest.selftest`).
+    This does not run the self-test (see :func:`mmaemu.backends.triton._selftest.selftest`).
     """
     error = import_error()
     if error is not None:

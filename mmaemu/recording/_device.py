@@ -18,7 +18,7 @@ import torch
 
 from ..errors import BackendUnavailableError, RecordUnavailableError
 from ..platforms.cublaslt import HeuristicQuery, HeuristicResult
-from .records import sha256_file
+from ._records import sha256_file
 
 __all__ = ["CudaDevice", "Device", "default_torch_workspace"]
 

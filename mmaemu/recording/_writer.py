@@ -19,7 +19,7 @@ import torch
 from ..platforms.table import serialise_table
 from .directory import RecordingDirectory
 from .format import DATA_FILES, MANIFEST, read_manifest
-from .records import FORMAT, FORMAT_VERSION, CallRecord, Section, SectionStatus, sha256_bytes
+from ._records import FORMAT, FORMAT_VERSION, CallRecord, Section, SectionStatus, sha256_bytes
 
 __all__ = ["RecordingWriter", "reseal"]
 

@@ -1,9 +1,9 @@
 # mypy: ignore-errors
 # (Triton kernels are typed by Triton's own ``tl.constexpr`` annotations and Triton ships no type stubs;
-# the launcher, :mod:`mmaemu.backends.triton.convert`, wraps them in typed functions.)
+# the launcher, :mod:`mmaemu.backends.triton._convert`, wraps them in typed functions.)
 """The first exactly-defined formulation's kernel: truncation by the fp32 -> int32 conversion.
 
-Imported lazily by :mod:`mmaemu.backends.triton.launch` (Triton decides at decoration time whether a
+Imported lazily by :mod:`mmaemu.backends.triton._launch` (Triton decides at decoration time whether a
 kernel is compiled for the GPU or run by its CPU interpreter, ``TRITON_INTERPRET=1``).
 
 Every operation is exactly defined, so every GPU returns the same bits:
@@ -34,7 +34,7 @@ except ImportError:  # collected (e.g. by pytest --doctest-modules) without trit
     triton = None
 
 if triton is not None:
-    from .kernels_common import E_MAX, E_MIN, ZERO_EXP, exponent_of, output_tile, store_tile, sum_parts
+    from ._kernels_common import E_MAX, E_MIN, ZERO_EXP, exponent_of, output_tile, store_tile, sum_parts
 
     @triton.jit
     def _convert_chain(operands, k_start, k_stop, rm, rn, BLOCK: tl.constexpr, FRAC: tl.constexpr,

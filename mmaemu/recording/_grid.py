@@ -18,7 +18,7 @@ import numpy as np
 
 from ..formats import Fp8Format, OutFormat
 from ..platforms.table import OUT_FORMATS, WS_BYTES
-from .records import Part
+from ._records import Part
 
 __all__ = ["GRIDS", "MODEL_SHAPES", "Grid"]
 

@@ -1,9 +1,9 @@
 # mypy: ignore-errors
 # (Triton kernels are typed by Triton's own ``tl.constexpr`` annotations and Triton ships no type stubs;
-# the launcher, :mod:`mmaemu.backends.triton.native`, wraps it in typed functions.)
+# the launcher, :mod:`mmaemu.backends.triton._native`, wraps it in typed functions.)
 """The sm_90 formulation's kernel: the GPU's own FP8 tensor-core instruction (``wgmma``, SASS ``QGMMA``).
 
-Imported lazily by :mod:`mmaemu.backends.triton.launch`. Its bits are the hardware's, not exactly-defined
+Imported lazily by :mod:`mmaemu.backends.triton._launch`. Its bits are the hardware's, not exactly-defined
 IEEE steps: the backend runs it only on compute capability 9.0 for the arithmetic the instruction is
 (B = 32, F = 13, aligned ``c``, truncation), and only after the self-test found it equal to the
 reference there. The interpreter cannot run the instruction (its ``tl.dot`` is a float matmul); the
@@ -17,7 +17,7 @@ except ImportError:  # collected (e.g. by pytest --doctest-modules) without trit
     triton = None
 
 if triton is not None:
-    from .kernels_common import chain_tile
+    from ._kernels_common import chain_tile
 
     # M, N and the grid vary freely between calls: not specialising on them keeps the variants few. K and
     # the row strides are specialised (Triton marks an int divisible by 16 as such), which with the

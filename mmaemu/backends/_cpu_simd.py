@@ -1,7 +1,7 @@
 """AVX-512 vectors for numba kernels: 16 fp32 lanes, 64 int8 lanes, and fp32 arithmetic rounded toward zero.
 
 numba has no vector type and its loops vectorise only what LLVM's loop vectoriser finds; the
-fp8 kernel of the cpu backend (:mod:`mmaemu.backends.cpu_fp8`) needs two things it cannot express:
+fp8 kernel of the cpu backend (:mod:`mmaemu.backends._cpu_fp8`) needs two things it cannot express:
 accumulators held in registers across a loop over k (register blocking), and fused multiply-adds
 with a static rounding direction. This module gives both as numba types and intrinsics that lower
 to LLVM vectors (``<16 x float>``, ``<64 x i8>``) and to the AVX-512 intrinsics with an embedded

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from typing import Any, TextIO
 
-from .records import Section
+from ._records import Section
 
 __all__ = ["Budget"]
 

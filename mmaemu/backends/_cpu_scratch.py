@@ -1,7 +1,7 @@
 """The cpu backend's host-side pieces that its kernels share: tiles, per-thread scratch buffers, the
 launch guard of numba's threading layer, and the accumulation plan as numpy arrays.
 
-No arithmetic happens here (:mod:`mmaemu.backends.cpu` and :mod:`mmaemu.backends.cpu_zoo` compute).
+No arithmetic happens here (:mod:`mmaemu.backends.cpu` and :mod:`mmaemu.backends._cpu_zoo` compute).
 """
 
 from __future__ import annotations

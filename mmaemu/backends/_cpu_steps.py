@@ -1,7 +1,7 @@
 """The steps the cpu backend's tiled kernels share, as numba functions inlined into each kernel.
 
 The portable FP8 kernel (:mod:`mmaemu.backends.cpu`) and the two zoo kernels
-(:mod:`mmaemu.backends.cpu_zoo`) walk the output in the same (M tile, N tile) tasks and, within a
+(:mod:`mmaemu.backends._cpu_zoo`) walk the output in the same (M tile, N tile) tasks and, within a
 block, do the same two passes over its k: the block maximum of the exponent sums, then the
 truncated terms. They differ only in their number types (int8 or int16 exponents; fp32, float64 or
 int32 terms) and in a block's set-up and end, which each kernel keeps. The number types are
@@ -166,7 +166,7 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled
         block_step: Any, state: Any, c: np.ndarray, plan: Any, out: np.ndarray, m0: int, n0: int, mm: int, nn: int,
     ) -> None:
         """One tile of the output, ``out[m0:m0+mm, n0:n0+nn]``, under the kernel plan
-        (:func:`mmaemu.backends.cpu_scratch.flatten`).
+        (:func:`mmaemu.backends._cpu_scratch.flatten`).
 
         Every chain from ``c = +0``: ``block_step(state, i, m0 + i, b0, b1)`` for each block
         ``kseq[b0:b1]`` of the chain and each row ``i`` of the tile (the kernel's own step: it

@@ -26,7 +26,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from ..host import user_cache_dir
+from .._host import user_cache_dir
 
 __all__: list[str] = []
 
@@ -71,9 +71,9 @@ def _locator_class() -> type | None:
             """(latest mtime, total size) of every module in the function's folder, not of its file alone.
 
             [Note: inlined helpers] numba stamps cached code with the defining file only, but the
-            kernels inline numba functions from sibling modules (``cpu_steps``, ``cpu_fp8``): an
+            kernels inline numba functions from sibling modules (``_cpu_steps``, ``_cpu_fp8``): an
             edit of one of those would otherwise load the old machine code. Found by the mutation
-            sample of 2026-12-03, where a mutant of ``cpu_steps.block_max`` survived on stale code.
+            sample of 2026-12-03, where a mutant of ``_cpu_steps.block_max`` survived on stale code.
             """
             stats = [f.stat() for f in Path(self._py_file).parent.glob("*.py")]
             return max(s.st_mtime for s in stats), sum(s.st_size for s in stats)

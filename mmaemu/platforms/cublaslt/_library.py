@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from ...errors import BackendUnavailableError
-from .abi import (
+from ._abi import (
     _MAJOR_VERSION,
     _MINOR_VERSION,
     _PATCH_LEVEL,

@@ -27,7 +27,7 @@ from ..epilogue import BiasOrder
 from ..errors import MmaemuWarning, RecordingDamagedError
 from ..formats import OutFormat
 from ..platforms.profiles import Profile
-from .records import fp32_bits, fp32_scalar
+from ._records import fp32_bits, fp32_scalar
 
 __all__ = ["BiasProbe", "BiasResult", "bias_document", "bias_probes", "bias_results", "fitting_orders"]
 

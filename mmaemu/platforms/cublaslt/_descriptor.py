@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .abi import (
+from ._abi import (
     CUBLAS_COMPUTE_32F,
     CUBLAS_OP_N,
     CUBLAS_OP_T,

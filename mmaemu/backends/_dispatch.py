@@ -25,7 +25,7 @@ import torch
 
 from ..accumulation import AccumulationPlan
 from ..formats import OutFormat, nan_rows
-from ..host import cpu_default_device
+from .._host import cpu_default_device
 from ..presets import Preset
 from . import reference
 from .protocol import Executor

@@ -4,7 +4,7 @@
 over the split parts (each part's chains, one step of the combination), the output tile of a program
 id, and its masked store.
 
-Imported only by the kernel modules (``kernels_convert``, ``kernels_rz``, ``kernels_native``), which the
+Imported only by the kernel modules (``_kernels_convert``, ``_kernels_rz``, ``_kernels_native``), which the
 launchers import lazily: Triton decides at decoration time whether a kernel is compiled for the GPU or
 run by its CPU interpreter (``TRITON_INTERPRET=1``).
 """

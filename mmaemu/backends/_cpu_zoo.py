@@ -7,8 +7,8 @@ or ``b`` outside that range (bf16 and tf32 only: very large, tiny or subnormal v
 recomputed by the float64 kernel (:func:`_kernel_wide`), which takes any exponent. Inf operands
 count as zeros (:attr:`mmaemu.backends.protocol.Accumulated.inf_zeroed` says whether one was met;
 the dispatcher recomputes their outputs); NaN operands count as zeros and the dispatcher applies
-the NaN rule. The tile walk, the block maxima and the term loop (:mod:`mmaemu.backends.cpu_steps`),
-the combination of split parts and the addition of chain results (:mod:`mmaemu.backends.cpu_fp8`)
+the NaN rule. The tile walk, the block maxima and the term loop (:mod:`mmaemu.backends._cpu_steps`),
+the combination of split parts and the addition of chain results (:mod:`mmaemu.backends._cpu_fp8`)
 are the inline helpers the FP8 kernels use too.
 """
 
@@ -22,7 +22,7 @@ import torch
 from ..accumulation import AccumulationPlan
 from ..formats import WideFormat, decode_wide, wide_format_of
 from ..presets import CMode, Preset, Rounding
-from .cpu_scratch import buffer, flatten, launch_guard, tiles
+from ._cpu_scratch import buffer, flatten, launch_guard, tiles
 from .protocol import Accumulated
 
 __all__ = ["accumulate_wide", "expresses_wide"]
@@ -31,9 +31,9 @@ try:  # pragma: no cover - exercised where numba is installed (a dependency)
     import numba
     from numba import njit, prange
 
-    from . import numba_cache
+    from . import _numba_cache
 
-    numba_cache.install()  # compiled code in the per-user cache, never in the package
+    _numba_cache.install()  # compiled code in the per-user cache, never in the package
 except Exception:  # noqa: BLE001
     numba = None  # type: ignore[assignment]
 
@@ -48,7 +48,7 @@ _KEEP_24 = np.int64(~((1 << 29) - 1))
 
 
 if numba is not None:
-    from .cpu_steps import add_terms, block_max, grid_exponent, tile_grid, tile_of, truncate, walk_tile
+    from ._cpu_steps import add_terms, block_max, grid_exponent, tile_grid, tile_of, truncate, walk_tile
 
     @njit(inline="always")
     def _wide_block(state: Any, i: int, m: int, b0: int, b1: int) -> None:  # pragma: no cover - compiled

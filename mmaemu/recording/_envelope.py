@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..platforms.table import Setting, unpack_key
-from .records import Part
+from ._records import Part
 
 __all__ = ["NO_CLAIM", "EnvelopeStatus", "TableRows", "heldout_mask", "fit_envelope", "validate_envelope"]
 
