@@ -78,6 +78,7 @@ DRY_SPLIT_SHAPES = [(16, 64, 8192)]
 class StepStatus(enum.Enum):
     """How a step ended."""
 
+    #: it ran and every check held
     PASSED = "passed"
     #: it ran and a check did not hold
     FAILED = "failed"
