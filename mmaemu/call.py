@@ -29,7 +29,8 @@ from .options import Options
 from ._out import out_resize_warning, resize_out_like_torch
 from .platforms.profiles import Profile, get_profile
 from .platforms.splitk import Problem, SplitDecision, SplitSource, combo_verified, resolve_splitk, split_warnings
-from .presets import Architecture, CMode, Preset, instruction_preset
+from .model import dot
+from .presets import Accumulator, Architecture, CMode, Preset, instruction_preset
 from .split import AUTO, SplitK, SplitKArg, SplitKSpec, parse_splitk
 
 __all__ = ["scaled_mm", "accumulate", "decide_split", "prepare_call"]
@@ -134,8 +135,9 @@ def accumulate(
     profile: str | Profile | None = None,
     preset: str | Preset | None = None,
     backend: str | Backend = "auto",
+    accumulator: torch.dtype = torch.float32,
 ) -> torch.Tensor:
-    """The fp32 accumulator of a GEMM, before any scaling: ``a @ b.T`` as the tensor cores add it.
+    """The accumulator of a GEMM, before any scaling: ``a @ b.T`` as the tensor cores add it.
 
     FP8 operands (any pair) give what the reference platform's cuBLASLt accumulates. Two operands of one
     zoo format (``float16``, ``bfloat16``, or ``float32`` holding tf32 values) give one chain of the
@@ -155,10 +157,11 @@ def accumulate(
             ``"ampere"``, ``"ada"``, ``"hopper"`` or ``"b200"`` (or a custom :class:`Preset`), for FP8 a
             preset name. Not together with ``profile``.
         backend: as :func:`scaled_mm` (Triton hands the zoo formats to the reference backend).
+        accumulator: ``torch.float32`` or ``torch.float16`` (FP8 or fp16 operands, one chain: [Note: fp16 accumulator]).
 
     Returns:
-        fp32 ``[M, N]`` on ``a``'s device. Any M, N, K (K = 0 gives +0). A NaN (code) in row m of
-        ``a`` or row n of ``b`` gives the canonical NaN at (m, n); Inf operands follow IEEE.
+        ``[M, N]`` of ``accumulator``'s dtype on ``a``'s device. Any M, N, K (K = 0 gives +0). A NaN (code) in
+        row m of ``a`` or row n of ``b`` gives the canonical NaN at (m, n); Inf operands follow IEEE.
 
     Raises:
         TypeError: ``use_fast_accum`` not a bool, ``a`` or ``b`` not a tensor, a platform argument's type.
@@ -190,10 +193,10 @@ def accumulate(
         raise ValueError("pass profile= or preset=, not both: preset= names the instruction a profile would choose")
     refuse_autograd(("a", a), ("b", b))
     split = _explicit_split(splitk)
-    if zoo:
-        chosen_preset = _zoo_preset(a, b, preset, profile, fast, split)
-    else:
-        chosen_preset = get_profile(profile).preset if preset is None else instruction_preset(preset, a.dtype)
+    if accumulator is not torch.float32:
+        return _accumulate_half(a, b, accumulator, preset, profile, fast, split, backend)
+    chosen_preset = (_zoo_preset(a, b, preset, profile, fast, split) if zoo
+                     else get_profile(profile).preset if preset is None else instruction_preset(preset, a.dtype))
     _check_preset_supports(chosen_preset, fast, split)
     chosen = _accumulate_backend(parse_backend(backend), a.device, None if zoo else chosen_preset)
     if a.device.type == "cpu":
@@ -202,6 +205,54 @@ def accumulate(
     if plan.unverified_empty_parts:
         warnings.warn(_empty_parts_message(split, plan.k, plan.unverified_empty_parts), UnverifiedSplitWarning, stacklevel=2)
     return _run(a, b, chosen_preset, fast, split, chosen)
+
+
+_HALF_WARNED: set[str] = set()
+#: Rows of ``a`` per :func:`dot` call of an fp16-accumulator GEMM: at most about 2**22 broadcast products.
+_HALF_ELEMENTS = 1 << 22
+
+
+def _default_preset(a: torch.Tensor, profile: str | Profile | None) -> str | Preset:
+    """The instruction a profile names for ``a``'s format: its preset for FP8, its architecture otherwise."""
+    chosen = get_profile(profile).preset
+    return chosen if a.dtype in FP8_DTYPES else chosen.name
+
+
+def _accumulate_half(a: torch.Tensor, b: torch.Tensor, accumulator: torch.dtype, preset: str | Preset | None,
+                     profile: str | Profile | None, fast: bool, split: SplitK, backend: str | Backend) -> torch.Tensor:
+    """:func:`accumulate` with an fp16 accumulator: one chain of the instruction over K from +0 per output.
+
+    [Note: fp16 accumulator] The chain is :func:`mmaemu.model.dot`'s with a float16 ``c``, run for every
+    output (``a``'s rows broadcast against ``b``'s), so the GEMM is exactly the chained instruction whose
+    blocks the recorded fp16-accumulator vectors validate (``d_fp16acc_bits`` of the three FP8 files;
+    :func:`mmaemu.model.dot` says which presets model it). No backend kernel runs it: the reference model
+    computes it whatever ``backend`` names (which must still be usable on the device). A GEMM of cuBLAS
+    with an fp16 accumulator is not recorded, so it warns once per preset (``ExperimentalPresetWarning``).
+    """
+    if accumulator is not torch.float16:
+        raise ValueError(f"accumulator must be torch.float32 or torch.float16, got {accumulator!r}")
+    if a.dtype not in FP8_DTYPES and a.dtype != torch.float16:
+        raise ValueError(f"an fp16 accumulator takes FP8 or float16 operands, not {a.dtype}: pass accumulator=torch.float32")
+    if not fast or split.parts != 1:
+        raise UnsupportedFeatureError(
+            "an fp16 accumulator is one chain of the instruction over K: pass use_fast_accum=True and splitk=1"
+        )
+    chosen = _default_preset(a, profile) if preset is None else preset
+    resolved = instruction_preset(chosen, a.dtype, accumulator=Accumulator.FP16)
+    _accumulate_backend(parse_backend(backend), a.device, None)
+    if resolved.name not in _HALF_WARNED:
+        _HALF_WARNED.add(resolved.name)
+        warnings.warn(
+            f"accumulate() with an fp16 accumulator on preset {resolved.name!r}: one chain of the recorded "
+            "instruction over K, not a recorded GEMM", ExperimentalPresetWarning, stacklevel=3,
+        )
+    m, n, k = a.shape[0], b.shape[0], a.shape[1]
+    out = torch.zeros((m, n), dtype=torch.float16, device=a.device)
+    rows = max(1, _HALF_ELEMENTS // max(1, n * k))
+    for m0 in range(0, m, rows):
+        chunk = a[m0:m0 + rows]
+        out[m0:m0 + rows] = dot(chunk[:, None, :], b[None, :, :], out[m0:m0 + rows], preset=resolved)
+    return out
 
 
 def _zoo_preset(a: torch.Tensor, b: torch.Tensor, preset: str | Preset | None, profile: str | Profile | None,

@@ -19,7 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import mmaemu
+import mmaemu.call as call_module
 import slowmodel as sm
+from mmaemu.presets import instruction_preset
 from conftest import FULL, HW_VECTORS
 
 #: preset -> (slow-model rule, its arguments)
@@ -153,3 +155,77 @@ def test_slow_model_replays_the_recorded_fp16_accumulator(name: str, preset: str
     b = [[int(x) for x in r] for r in data["b_codes"][:rows]]
     got = slow_bits(a, b, [int(x) for x in c16[:rows]], "e4m3", "e4m3", preset)
     assert got == [int(x) for x in want[:rows]]
+
+
+# ---- the GEMM: accumulate(..., accumulator=torch.float16) -----------------------------------------
+
+
+def _random_codes(rng: np.random.Generator, rows: int, k: int, fmt: str, nan_row: int | None = None) -> list[list[int]]:
+    """Finite codes (no NaN or Inf), a NaN code in ``nan_row`` if given."""
+    bad = {0x7F, 0xFF} if fmt == "e4m3" else set(range(0x7C, 0x80)) | set(range(0xFC, 0x100))
+    pool = np.array([c for c in range(256) if c not in bad])
+    codes = rng.choice(pool, size=(rows, k)).tolist()
+    if nan_row is not None:
+        codes[nan_row][k // 2] = 0x7F
+    return codes
+
+
+@pytest.mark.parametrize("preset", sorted(RULES))
+@pytest.mark.parametrize(("fa", "fb"), [("e4m3", "e4m3"), ("e5m2", "e4m3")])
+def test_accumulate_with_an_fp16_accumulator_is_the_slow_models_chain_per_output(
+        preset: str, fa: str, fb: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every output of the GEMM is the slow model's chain over K from +0 (K = 70: not a multiple of 16 or
+    32), a NaN code in a row of ``a`` gives fp16's canonical NaN in that row, and every usable backend
+    returns the same bits."""
+    rng = np.random.default_rng(abs(hash((preset, fa, fb))) % 2**32)
+    m, n, k = 4, 5, 70
+    a_codes = _random_codes(rng, m, k, fa, nan_row=1 if fa == "e4m3" else None)
+    b_codes = _random_codes(rng, n, k, fb)
+    a = torch.tensor(a_codes, dtype=torch.uint8).view(FORMATS[fa])
+    b = torch.tensor(b_codes, dtype=torch.uint8).view(FORMATS[fb])
+    rule, kwargs = RULES[preset]
+    want = [[0x7FFF if fa == "e4m3" and i == 1 else rule(a_codes[i], b_codes[j], 0, fa, fb, **kwargs)
+             for j in range(n)] for i in range(m)]
+    monkeypatch.setattr(call_module, "_HALF_WARNED", set())  # it warns once per preset and process
+    monkeypatch.setattr(call_module, "_HALF_ELEMENTS", 2 * n * k)  # two rows of a per dot call: chunks that do not divide M
+    with pytest.warns(mmaemu.ExperimentalPresetWarning, match="with an fp16 accumulator on preset"):
+        got = mmaemu.accumulate(a, b, use_fast_accum=True, preset=preset, accumulator=torch.float16)
+    assert got.dtype == torch.float16 and got.shape == (m, n)
+    assert [[int(v) & 0xFFFF for v in row] for row in got.view(torch.int16).tolist()] == want
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", mmaemu.ExperimentalPresetWarning)
+        for backend in ("reference", "cpu"):
+            again = mmaemu.accumulate(a, b, use_fast_accum=True, preset=preset, accumulator=torch.float16, backend=backend)
+            assert torch.equal(again.view(torch.int16), got.view(torch.int16)), backend
+
+
+
+def test_accumulate_with_an_fp16_accumulator_on_fp16_operands_and_at_k_zero() -> None:
+    rng = np.random.default_rng(3)
+    h = torch.from_numpy(rng.standard_normal((3, 20)).astype(np.float16))
+    bits = h.view(torch.int16).tolist()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", mmaemu.ExperimentalPresetWarning)
+        got = mmaemu.accumulate(h, h, use_fast_accum=True, preset="volta", accumulator=torch.float16)
+        empty = mmaemu.accumulate(h[:, :0], h[:2, :0], use_fast_accum=True, preset="ada", accumulator=torch.float16)
+    volta = instruction_preset("volta", torch.float16, warn=False)
+    want = [[sm.zoo_dot([x & 0xFFFF for x in bits[i]], [x & 0xFFFF for x in bits[j]], 0, "fp16", volta.block_size,
+                        volta.frac_bits, "fp16")
+             for j in range(3)] for i in range(3)]
+    assert [[int(v) & 0xFFFF for v in row] for row in got.view(torch.int16).tolist()] == want
+    assert empty.dtype == torch.float16 and empty.shape == (3, 2)
+    assert [int(v) & 0xFFFF for v in empty.view(torch.int16).flatten().tolist()] == [0] * 6  # +0, not -0
+
+
+def test_accumulate_refuses_what_an_fp16_accumulator_does_not_model() -> None:
+    a = torch.ones(2, 32).to(torch.float8_e4m3fn)
+    with pytest.raises(mmaemu.UnsupportedFeatureError, match="does not model the fp16 accumulator"):
+        mmaemu.accumulate(a, a, use_fast_accum=True, accumulator=torch.float16)  # hopper: wgmma, fp32 only
+    with pytest.raises(mmaemu.UnsupportedFeatureError, match="use_fast_accum=True and splitk=1"):
+        mmaemu.accumulate(a, a, use_fast_accum=False, preset="ada", accumulator=torch.float16)
+    with pytest.raises(mmaemu.UnsupportedFeatureError, match="use_fast_accum=True and splitk=1"):
+        mmaemu.accumulate(a, a, use_fast_accum=True, splitk=(2, "contiguous"), preset="ada", accumulator=torch.float16)
+    with pytest.raises(ValueError, match="FP8 or float16 operands, not torch.bfloat16"):
+        mmaemu.accumulate(a.bfloat16(), a.bfloat16(), use_fast_accum=True, preset="ampere", accumulator=torch.float16)
+    with pytest.raises(ValueError, match="torch.float32 or torch.float16, got torch.bfloat16"):
+        mmaemu.accumulate(a, a, use_fast_accum=True, preset="ada", accumulator=torch.bfloat16)
