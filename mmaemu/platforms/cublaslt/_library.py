@@ -308,6 +308,29 @@ def reference_platform_matches(gpu: str, sm_count: int, cublaslt: str) -> bool:
         return False
 
 
+def load_for_queries(path: str | None = None) -> tuple[Any, str | None, list[str]]:
+    """Load libcublasLt for heuristic queries: ``(library or None, its path, what is missing)``.
+
+    The one rule for what a query needs: a libcublasLt (``path``, default :func:`find_library`) that loads,
+    and a CUDA device. Each thing missing is one entry of the list (empty when queries can run).
+    """
+    problems: list[str] = []
+    lib: Any = None
+    resolved = path if path is not None else find_library()
+    if resolved is None:
+        problems.append(_no_library_reason())
+    else:
+        try:
+            lib = _load(resolved)
+        except BackendUnavailableError as exc:
+            problems.append(str(exc))
+        except OSError as exc:
+            problems.append(f"libcublasLt at {resolved} does not load: {exc}")
+    if not _cuda_available():
+        problems.append(_no_cuda_reason())
+    return lib, resolved, problems
+
+
 def available() -> tuple[bool, str]:
     """Whether cuBLASLt heuristic queries can run here, and why (for ``python -m mmaemu info``).
 
@@ -316,19 +339,7 @@ def available() -> tuple[bool, str]:
         Never raises.
     """
     try:
-        problems: list[str] = []
-        path = find_library()
-        if path is None:
-            problems.append(_no_library_reason())
-        else:
-            try:
-                _load(path)
-            except BackendUnavailableError as exc:
-                problems.append(str(exc))
-            except OSError as exc:
-                problems.append(f"libcublasLt at {path} does not load: {exc}")
-        if not _cuda_available():
-            problems.append(_no_cuda_reason())
+        _, path, problems = load_for_queries()
         if problems:
             return False, "; ".join(problems)
         props = torch.cuda.get_device_properties(0)

@@ -44,14 +44,7 @@ from ._descriptor import (
     _status_name,
     scaled_mm_descriptor,
 )
-from ._library import (
-    _cuda_available,
-    _library_version,
-    _load,
-    _no_cuda_reason,
-    _no_library_reason,
-    find_library,
-)
+from ._library import _cuda_available, _library_version, _no_cuda_reason, load_for_queries
 
 __all__ = ['CublasLt']
 
@@ -85,7 +78,7 @@ class CublasLt:
         """Load libcublasLt and check for a CUDA device; the handle is created at the first query.
 
         Args:
-            path: the libcublasLt to load; default :func:`find_library`.
+            path: the libcublasLt to load; default :func:`~mmaemu.platforms.cublaslt.find_library`.
             device: the CUDA device index; default the current device.
 
         Raises:
@@ -96,20 +89,7 @@ class CublasLt:
         self._keep: list[torch.Tensor] = []
         self._scale_ptrs: tuple[int, int, int] = (0, 0, 0)
         self._lock = threading.Lock()
-        problems: list[str] = []
-        lib: Any = None
-        resolved = path if path is not None else find_library()
-        if resolved is None:
-            problems.append(_no_library_reason())
-        else:
-            try:
-                lib = _load(resolved)
-            except BackendUnavailableError as exc:
-                problems.append(str(exc))
-            except OSError as exc:
-                problems.append(f"libcublasLt at {resolved} does not load: {exc}")
-        if not _cuda_available():
-            problems.append(_no_cuda_reason())
+        lib, resolved, problems = load_for_queries(path)
         if problems:
             raise BackendUnavailableError("cuBLASLt heuristic queries are unavailable here: " + "; ".join(problems))
         self._setup(lib, str(resolved), torch.cuda.current_device() if device is None else int(device))
