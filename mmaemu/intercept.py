@@ -45,7 +45,6 @@ from __future__ import annotations
 import enum
 from collections import Counter
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any, Callable
 
 import torch
@@ -271,15 +270,10 @@ class emulate:  # noqa: N801 - used like a function: ``with mmaemu.emulate(...) 
         self._mode.__enter__()
         return self.log
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         mode, self._mode = self._mode, None
         if mode is not None:
-            mode.__exit__(exc_type, exc, tb)
+            mode.__exit__(*exc_info)
 
     @property
     def active(self) -> bool:

@@ -8,7 +8,6 @@ import contextlib
 import ctypes
 import ctypes.util
 import threading
-from types import TracebackType
 from typing import Any
 
 import torch
@@ -245,12 +244,7 @@ class CublasLt:
     def __enter__(self) -> CublasLt:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     def __repr__(self) -> str:
