@@ -229,6 +229,8 @@ def _accumulate_half(a: torch.Tensor, b: torch.Tensor, accumulator: torch.dtype,
     computes it whatever ``backend`` names (which must still be usable on the device). A GEMM of cuBLAS
     with an fp16 accumulator is not recorded, so it warns once per preset (``ExperimentalPresetWarning``).
     """
+    if not isinstance(accumulator, torch.dtype):
+        raise TypeError(f"accumulator must be a torch.dtype (torch.float32 or torch.float16), not {type(accumulator).__name__}")
     if accumulator is not torch.float16:
         raise ValueError(f"accumulator must be torch.float32 or torch.float16, got {accumulator!r}")
     if a.dtype not in FP8_DTYPES and a.dtype != torch.float16:

@@ -422,6 +422,31 @@ def test_operator_and_emulate_refuse_bad_backend_and_profile_types() -> None:
         mmaemu.accumulate(mat(2, 32), mat(2, 32), use_fast_accum=True, backend=None)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("value", ["float16", np.float16, None, 16], ids=repr)
+def test_accumulate_refuses_an_accumulator_that_is_not_a_dtype(value: Any) -> None:
+    a = mat(2, 32)
+    before = a.view(torch.uint8).clone()
+    with pytest.raises(TypeError, match="accumulator must be a torch.dtype"):
+        mmaemu.accumulate(a, a, use_fast_accum=True, preset="ada", accumulator=value)
+    assert torch.equal(a.view(torch.uint8), before)
+
+
+def test_accumulate_with_an_fp16_accumulator_refuses_before_computing() -> None:
+    """Each refusal of the fp16 accumulator's own checks, and the shared ones, before anything runs."""
+    a = mat(2, 32)
+    with pytest.raises(ValueError, match="torch.float32 or torch.float16, got torch.float64"):
+        mmaemu.accumulate(a, a, use_fast_accum=True, preset="ada", accumulator=torch.float64)
+    with pytest.raises(ValueError, match="meta"):
+        mmaemu.accumulate(a.to("meta"), a.to("meta"), use_fast_accum=True, preset="ada", accumulator=torch.float16)
+    grad = torch.ones(2, 32, dtype=torch.float16, requires_grad=True)
+    with pytest.raises(mmaemu.UnsupportedFeatureError, match="grad"):
+        mmaemu.accumulate(grad, grad, use_fast_accum=True, preset="volta", accumulator=torch.float16)
+    with pytest.raises(TypeError, match="backend"):
+        mmaemu.accumulate(a, a, use_fast_accum=True, preset="ada", accumulator=torch.float16, backend=None)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="not both"):
+        mmaemu.accumulate(a, a, use_fast_accum=True, preset="ada", profile="hopper", accumulator=torch.float16)
+
+
 def test_accumulate_refuses_non_tensors_with_type_error() -> None:
     with pytest.raises(TypeError, match="a must be a 2-D tensor .FP8, float16, bfloat16 or tf32 float32"):
         mmaemu.accumulate(np.ones((2, 32)), mat(2, 32), use_fast_accum=True)  # type: ignore[arg-type]
