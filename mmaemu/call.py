@@ -224,8 +224,9 @@ def _accumulate_half(a: torch.Tensor, b: torch.Tensor, accumulator: torch.dtype,
 
     [Note: fp16 accumulator] The chain is :func:`mmaemu.model.dot`'s with a float16 ``c``, run for every
     output (``a``'s rows broadcast against ``b``'s), so the GEMM is exactly the chained instruction whose
-    blocks the recorded fp16-accumulator vectors validate (``d_fp16acc_bits`` of the three FP8 files;
-    :func:`mmaemu.model.dot` says which presets model it). No backend kernel runs it: the reference model
+    blocks the recorded fp16-accumulator vectors validate (``d_fp16acc_bits`` of the FP8 files and of the
+    fp16 files that hold them; :func:`mmaemu.model.dot` and docs/zoo.md say which presets model it on what
+    evidence). No backend kernel runs it: the reference model
     computes it whatever ``backend`` names (which must still be usable on the device). A GEMM of cuBLAS
     with an fp16 accumulator is not recorded, so it warns once per preset (``ExperimentalPresetWarning``).
     """
