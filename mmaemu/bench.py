@@ -296,9 +296,11 @@ def _config_rows(m: int, k: int, n: int, rows: torch.Tensor | None, repeat: int,
     return others
 
 
-def _shape_row(m: int, k: int, n: int, base: Config, repeat: int) -> tuple[dict[str, object], torch.Tensor | None]:
+def _shape_row(m: int, k: int, n: int, base: Config, repeat: int,
+               native: bool = True) -> tuple[dict[str, object], torch.Tensor | None]:
     """One shape under the base configuration: bits checked, then the reference backend, the cpu backend,
-    torch's fp32 matmul and torch's native ``_scaled_mm`` timed. Returns the row and the reference's rows."""
+    torch's fp32 matmul and (with ``native``) torch's native ``_scaled_mm`` timed. Returns the row and the
+    reference's rows."""
     macs = m * n * k
     x, w = _operands(m, k, n, base)
     call = _caller(x, w, base)
@@ -316,14 +318,18 @@ def _shape_row(m: int, k: int, n: int, base: Config, repeat: int) -> tuple[dict[
     row["cpu_s"], row["cpu_process_s"] = timed["cpu"]
     row["torch_fp32_matmul_s"], row["torch_fp32_matmul_process_s"] = timed["mm"]
     row["cpu_over_fp32_matmul_process"] = timed["cpu"][1] / timed["mm"][1]
-    _native_time(x, w, repeat, row)
+    if native:
+        _native_time(x, w, repeat, row)
+    else:
+        row["torch_native_scaled_mm_s"] = None
+        row["torch_native_scaled_mm_note"] = "not timed (--no-native)"
     row["reference_over_cpu"] = float(row["reference_s"]) / float(row["cpu_s"])  # type: ignore[arg-type]
     row["cpu_over_fp32_matmul"] = float(row["cpu_s"]) / float(row["torch_fp32_matmul_s"])  # type: ignore[arg-type]
     return row, rows
 
 
 def run(shapes: list[tuple[int, int, int]], *, repeat: int, configs: bool, first_call: bool,
-        json_path: str | None, profile: str = "hopper", zoo: bool = False) -> dict[str, object]:
+        json_path: str | None, profile: str = "hopper", zoo: bool = False, native: bool = True) -> dict[str, object]:
     """Run the benchmark, print its table, and return (and optionally write) the figures."""
     base = replace(CONFIGS[0], label=CONFIGS[0].label.replace("hopper", profile, 1), profile=profile)
     from .backends import _cpu_fp8
@@ -336,7 +342,7 @@ def run(shapes: list[tuple[int, int, int]], *, repeat: int, configs: bool, first
     print(f"mmaemu {__version__} bench: torch {torch.__version__}, {torch.get_num_threads()} threads, "
           f"{report['cpu']}, FP8 kernel: {kernel}")
     for m, k, n in shapes:
-        row, rows = _shape_row(m, k, n, base, repeat)
+        row, rows = _shape_row(m, k, n, base, repeat, native)
         _print_row(row, base.label, rows)
         if configs:
             row["configs"] = _config_rows(m, k, n, rows, repeat, float(row["cpu_s"]))  # type: ignore[arg-type]
@@ -357,7 +363,7 @@ def run(shapes: list[tuple[int, int, int]], *, repeat: int, configs: bool, first
 
 def main_bench(shapes: list[tuple[int, int, int]], *, repeat: int, configs: bool, first_call: bool,
                json_path: str | None, profile: str = "hopper", stream: TextIO | None = None,
-               zoo: bool = False) -> int:
+               zoo: bool = False, native: bool = True) -> int:
     """The ``bench`` command: 0 when everything was timed; 1 when bits differ (nothing more is timed);
     2 when the benchmark cannot run here (no cpu backend, a refused base call, an unwritable ``--json``).
 
@@ -379,7 +385,7 @@ def main_bench(shapes: list[tuple[int, int, int]], *, repeat: int, configs: bool
             return 2
     try:
         report = run(shapes, repeat=repeat, configs=configs, first_call=first_call, json_path=None, profile=profile,
-                     zoo=zoo)
+                     zoo=zoo, native=native)
     except AssertionError as exc:
         err.write(f"mmaemu bench: the cpu backend's bits differ from the reference backend's; nothing more was "
                   f"timed:\n{exc}\n")

@@ -18,11 +18,12 @@ the reason on stderr) before anything is read, computed or written.
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
@@ -161,7 +162,7 @@ def _bench(args: argparse.Namespace) -> int:
     profile = args.profile
     shapes = args.shape or [(64, 1920, 5760)]
     return bench.main_bench(shapes, repeat=args.repeat, configs=args.configs, first_call=args.first_call,
-                            json_path=args.json, profile=profile, zoo=args.zoo)
+                            json_path=args.json, profile=profile, zoo=args.zoo, native=not args.no_native)
 
 
 def _selftest(args: argparse.Namespace) -> int:
@@ -350,49 +351,54 @@ def _workspace(text: str) -> int:
     return value
 
 
-def _new_dir(text: str) -> str:
+def _path_type(check: Callable[[str, Path], None]) -> Callable[[str], str]:
+    """An argparse type from a check of a path argument: an OSError while checking becomes the argument's error."""
+
+    @functools.wraps(check)
+    def parse(text: str) -> str:
+        try:
+            check(text, Path(text))
+        except OSError as exc:
+            raise argparse.ArgumentTypeError(f"{text!r}: {exc.strerror or exc}") from None
+        return text
+
+    return parse
+
+
+@_path_type
+def _new_dir(text: str, path: Path) -> None:
     """A directory to create, or an empty one."""
-    path = Path(text)
-    try:
-        if path.exists() or path.is_symlink():
-            if not path.is_dir():
-                raise argparse.ArgumentTypeError(f"{text!r} exists and is not a directory; pass a new directory")
-            if any(path.iterdir()):
-                raise argparse.ArgumentTypeError(f"{text!r} is not empty: a recording needs a new or empty directory")
-        else:
-            parent = path.absolute().parent
-            while not parent.exists():
-                parent = parent.parent
-            if not parent.is_dir():
-                raise argparse.ArgumentTypeError(f"{text!r}: {str(parent)!r} is not a directory")
-    except OSError as exc:
-        raise argparse.ArgumentTypeError(f"{text!r}: {exc.strerror or exc}") from None
-    return text
+    if path.exists() or path.is_symlink():
+        if not path.is_dir():
+            raise argparse.ArgumentTypeError(f"{text!r} exists and is not a directory; pass a new directory")
+        if any(path.iterdir()):
+            raise argparse.ArgumentTypeError(f"{text!r} is not empty: a recording needs a new or empty directory")
+    else:
+        parent = path.absolute().parent
+        while not parent.exists():
+            parent = parent.parent
+        if not parent.is_dir():
+            raise argparse.ArgumentTypeError(f"{text!r}: {str(parent)!r} is not a directory")
 
 
-def _existing_dir(text: str) -> str:
+@_path_type
+def _existing_dir(text: str, path: Path) -> None:
     """An existing directory (an empty string is refused, not read as the current directory)."""
     if not text.strip():
         raise argparse.ArgumentTypeError("an empty path names no recording (pass the recording's directory)")
-    path = Path(text)
-    try:
-        if not path.exists():
-            raise argparse.ArgumentTypeError(f"{text!r} does not exist")
-        if not path.is_dir():
-            raise argparse.ArgumentTypeError(f"{text!r} is not a directory (a recording is a directory)")
-    except OSError as exc:
-        raise argparse.ArgumentTypeError(f"{text!r}: {exc.strerror or exc}") from None
-    return text
+    if not path.exists():
+        raise argparse.ArgumentTypeError(f"{text!r} does not exist")
+    if not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a directory (a recording is a directory)")
 
 
-def _output_file(text: str) -> str:
+@_path_type
+def _output_file(text: str, path: Path) -> None:
     """A file to write: its directory must exist and it must not be a directory."""
-    path = Path(text)
     if not text or path.is_dir():
         raise argparse.ArgumentTypeError(f"{text!r} is a directory, not a file to write")
     if not path.absolute().parent.is_dir():
         raise argparse.ArgumentTypeError(f"{text!r}: the directory {str(path.absolute().parent)!r} does not exist")
-    return text
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -429,6 +435,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="also time accumulate for fp16, bf16 and tf32 on every zoo preset, over E4M3's time, at the last --shape")
     bench.add_argument("--first-call", action="store_true",
                        help="also measure the first call's latency in a fresh process (compiling, and cached)")
+    bench.add_argument("--no-native", action="store_true",
+                       help="do not time torch's native CPU _scaled_mm (seconds per call on some CPUs); the fp32 matmul "
+                            "comparator is always timed")
     bench.add_argument("--json", default=None, type=_output_file, help="write the figures to this file")
     bench.set_defaults(run=_bench)
     info = sub.add_parser("info", help="versions, device, matching profiles and backend status")

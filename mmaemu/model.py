@@ -118,14 +118,7 @@ def block_fma(
     return _block_fma(c, a, b, preset, has_inf=has_inf)
 
 
-def _block_fma(
-    c: torch.Tensor,
-    a: BlockOperands,
-    b: BlockOperands,
-    preset: Preset,
-    *,
-    has_inf: bool = True,
-) -> torch.Tensor:
+def _block_fma(c: torch.Tensor, a: BlockOperands, b: BlockOperands, preset: Preset, *, has_inf: bool = True) -> torch.Tensor:
     """:func:`block_fma` without its checks (:func:`chain`'s callers make them once per call)."""
     frac = preset.frac_bits
     aligned = preset.c_mode is CMode.ALIGNED

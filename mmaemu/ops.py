@@ -70,24 +70,14 @@ def _impl(
     )
 
 
-def _fake(
-    mat1: torch.Tensor,
-    mat2: torch.Tensor,
-    scale_a: torch.Tensor,
-    scale_b: torch.Tensor,
-    bias: Optional[torch.Tensor],
-    scale_result: Optional[torch.Tensor],
-    out_dtype: Optional[torch.dtype],
-    use_fast_accum: bool,
-    profile: str,
-    splitk: str,
-    backend: str,
-) -> torch.Tensor:
-    """Shape and dtype only; every other check runs with the real tensors."""
+def _fake(mat1: torch.Tensor, mat2: torch.Tensor, *args: Any) -> torch.Tensor:
+    """Shape and dtype only (``args`` are :func:`_impl`'s others; ``args[4]`` is ``out_dtype``); every other
+    check runs with the real tensors."""
     if mat1.dim() != 2:
         raise ReferenceRejectsError("mat1 must be a matrix")
     if mat2.dim() != 2:
         raise ReferenceRejectsError("mat2 must be a matrix")
+    out_dtype = args[4]  # after scale_a, scale_b, bias, scale_result
     dtype = out_dtype if out_dtype is not None else mat1.dtype
     return mat1.new_empty((mat1.shape[0], mat2.shape[1]), dtype=dtype)
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ._enums import TextEnum
 from .errors import ExperimentalPresetWarning, UnknownNameError, UnsupportedFeatureError
 from .formats import FP8_DTYPES, WideFormat
 
@@ -44,11 +45,8 @@ __all__ = [
     "zoo_presets",
 ]
 
-class Maturity(enum.Enum):
+class Maturity(TextEnum):
     """How far hardware recordings back a preset or profile (``str()`` gives the value)."""
-
-    def __str__(self) -> str:
-        return str(self.value)
 
     VALIDATED = "validated"
     EXPERIMENTAL = "experimental"

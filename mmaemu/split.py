@@ -8,24 +8,21 @@ split a platform chooses is :mod:`mmaemu.platforms.splitk`'s.
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 from typing import Literal, Union
 
+from ._enums import TextEnum
 from .errors import UnknownNameError
 
 __all__ = ["AUTO", "Scheme", "SplitK", "SplitKArg", "SplitKSpec", "parse_splitk", "splitk_from_text", "splitk_text"]
 
 
-class Scheme(str, enum.Enum):
+class Scheme(TextEnum):
     """How K is dealt to split parts and how their partial sums are combined.
 
     A string enum: ``Scheme.PAIRWISE == "pairwise"``, so code that compared the text keeps working;
     ``str()`` and ``print`` give the value.
     """
-
-    def __str__(self) -> str:
-        return str(self.value)
 
     NONE = "none"
     CONTIGUOUS = "contiguous"

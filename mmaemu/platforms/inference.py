@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._enums import TextEnum
 from .table import FP8_FORMATS, WS_BYTES, Setting, SplitTable, unpack_key
 
 __all__ = [
@@ -49,11 +50,8 @@ RTX4060_TABLE = "heur_rtx4060_lt12.8.3.14"
 _MIB = 1 << 20
 
 
-class Rule(str, enum.Enum):
+class Rule(TextEnum):
     """The name of an inference rule (a string enum, printed as its value)."""
-
-    def __str__(self) -> str:
-        return str(self.value)
 
     H100_K_FLOOR = "h100-k-floor"
     H100_WORKSPACE = "h100-workspace"

@@ -23,7 +23,6 @@ did not decide (``explain`` prints it).
 
 from __future__ import annotations
 
-import enum
 import functools
 import warnings
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from .._enums import TextEnum
 from ..errors import (
     InferredSplitWarning,
     SplitKUnknownError,
@@ -78,11 +78,8 @@ class Problem:
         return Setting(self.fmt_a, self.fmt_b, self.out, self.fast, workspace_bytes)
 
 
-class SplitSource(str, enum.Enum):
+class SplitSource(TextEnum):
     """What decided a split-K decision (a string enum: ``SplitSource.TABLE == "table"``, printed as its value)."""
-
-    def __str__(self) -> str:
-        return str(self.value)
 
     EXPLICIT = "explicit"
     TABLE = "table"

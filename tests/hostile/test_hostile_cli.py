@@ -226,6 +226,9 @@ _BAD = [
     ["bench", "--repeat", "0"],
     ["bench", "--repeat", "two"],
     ["bench", "--json", "/nonexistent-dir/x.json"],
+    ["bench", "--json", "{tmp}/full"],
+    ["bench", "--json", "{tmp}/" + "x" * 300 + "/y.json"],  # ENAMETOOLONG from the path check itself
+    ["bench", "--no-native=yes"],
     ["selftest", "--device", "nonsense"],
     ["record", "--out", "{tmp}/r", "--budget-minutes", "-1"],
     ["record", "--out", "{tmp}/r", "--budget-minutes", "0"],

@@ -25,6 +25,24 @@ def test_bench_small_shape(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert "reference / cpu" in printed and "not timed" not in printed  # K = 512: every config runs
 
 
+def test_bench_no_native_skips_only_torchs_scaled_mm(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """``--no-native``: torch's native ``_scaled_mm`` is never called; the fp32 matmul comparator still is."""
+    pytest.importorskip("numba")
+    import torch
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("torch._scaled_mm was called under --no-native")
+
+    monkeypatch.setattr(torch, "_scaled_mm", refuse)
+    out = tmp_path / "bench.json"
+    assert main(["bench", "--shape", "16x32x64", "--repeat", "1", "--no-native", "--json", str(out)]) == 0
+    row = json.loads(out.read_text())["results"][0]
+    assert row["torch_native_scaled_mm_s"] is None and row["torch_native_scaled_mm_note"] == "not timed (--no-native)"
+    assert row["torch_fp32_matmul_s"] > 0 and row["cpu_over_fp32_matmul"] > 0
+    assert "not timed (--no-native)" in capsys.readouterr().out
+
+
 def test_bench_refuses_to_time_unequal_bits(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """A backend whose bits differ from the reference's is never timed: exit 1, the reason on stderr."""
     pytest.importorskip("numba")

@@ -141,6 +141,9 @@ def find_library() -> str | None:
     return None
 
 
+#: ``cublasLtMatmulDescSetAttribute`` and ``cublasLtMatmulPreferenceSetAttribute``: (object, attribute, buffer, size).
+_SET_ATTRIBUTE: tuple[Any, list[Any]] = (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t])
+
 _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "cublasLtCreate": (ctypes.c_int, [ctypes.POINTER(ctypes.c_void_p)]),
     "cublasLtDestroy": (ctypes.c_int, [ctypes.c_void_p]),
@@ -148,10 +151,7 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "cublasLtGetProperty": (ctypes.c_int, [ctypes.c_int, ctypes.POINTER(ctypes.c_int)]),
     "cublasLtMatmulDescCreate": (ctypes.c_int, [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, ctypes.c_int]),
     "cublasLtMatmulDescDestroy": (ctypes.c_int, [ctypes.c_void_p]),
-    "cublasLtMatmulDescSetAttribute": (
-        ctypes.c_int,
-        [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t],
-    ),
+    "cublasLtMatmulDescSetAttribute": _SET_ATTRIBUTE,
     "cublasLtMatrixLayoutCreate": (
         ctypes.c_int,
         [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int64],
@@ -159,10 +159,7 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "cublasLtMatrixLayoutDestroy": (ctypes.c_int, [ctypes.c_void_p]),
     "cublasLtMatmulPreferenceCreate": (ctypes.c_int, [ctypes.POINTER(ctypes.c_void_p)]),
     "cublasLtMatmulPreferenceDestroy": (ctypes.c_int, [ctypes.c_void_p]),
-    "cublasLtMatmulPreferenceSetAttribute": (
-        ctypes.c_int,
-        [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t],
-    ),
+    "cublasLtMatmulPreferenceSetAttribute": _SET_ATTRIBUTE,
     "cublasLtMatmulAlgoGetHeuristic": (
         ctypes.c_int,
         [ctypes.c_void_p] * 7
