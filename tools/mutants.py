@@ -13,16 +13,19 @@ Usage::
     python tools/mutants.py --list       # the catalogue
     python tools/mutants.py --only ID... # chosen mutants
     python tools/mutants.py --json F     # also write the results (with --only: update them in F)
+    python tools/mutants.py --jobs N     # N mutants at a time, each in its own copy (default: 2, or 1 on one core)
 
 Exit status 0 only when every non-equivalent mutant that ran was killed (and none is malformed).
-The copy lives in a temporary directory: the working tree is never modified.
+The copies live in a temporary directory (one per job): the working tree is never modified.
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 import os
+import queue
 import shutil
 import subprocess
 import sys
@@ -308,6 +311,36 @@ def _run_one(mutant: Mutant, work: Path) -> Outcome:
     return Outcome(mutant.id, "malformed", seconds, f"pytest exit {proc.returncode}: {last}")
 
 
+def _run_all(chosen: list[Mutant], jobs: int) -> list[Outcome]:
+    """Run ``chosen``, ``jobs`` at a time (each job in its own copy of the tree); outcomes in ``chosen``'s order,
+    a line printed as each one ends."""
+    jobs = max(1, min(jobs, len(chosen)))
+    outcomes: dict[str, Outcome] = {}
+    with tempfile.TemporaryDirectory(prefix="mmaemu-mutants-") as tmp:
+        trees: queue.Queue[Path] = queue.Queue()
+        for j in range(jobs):
+            work = Path(tmp) / f"tree{j}"
+            work.mkdir()
+            _copy_tree(work)
+            trees.put(work)
+
+        def run(mutant: Mutant) -> Outcome:
+            work = trees.get()
+            try:
+                return _run_one(mutant, work)
+            finally:
+                trees.put(work)
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+            futures = {pool.submit(run, m): m for m in chosen}
+            for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
+                mutant, outcome = futures[future], future.result()
+                outcomes[mutant.id] = outcome
+                print(f"[{done:2d}/{len(chosen)}] {outcome.status:10s} {mutant.id:32s} {outcome.seconds:6.1f} s  "
+                      f"{outcome.detail[:90]}", flush=True)
+    return [outcomes[m.id] for m in chosen]
+
+
 def sample(mutants: tuple[Mutant, ...]) -> list[Mutant]:
     """The CI sample: every third mutant, so each area of the model is represented."""
     return [m for i, m in enumerate(mutants) if i % 3 == 0]
@@ -319,6 +352,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="+", default=None, help="run these mutant ids")
     parser.add_argument("--list", action="store_true", help="print the catalogue and exit")
     parser.add_argument("--json", default=None, help="write the outcomes to this file")
+    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
+                        help="mutants run at a time, each in its own copy of the tree (default: 2, or 1 on one core)")
     args = parser.parse_args(argv)
     if args.list:
         for m in MUTANTS:
@@ -334,15 +369,7 @@ def main(argv: list[str] | None = None) -> int:
         chosen = [m for m in MUTANTS if m.id in args.only]
     else:
         chosen = list(MUTANTS) if args.all else sample(MUTANTS)
-    outcomes = []
-    with tempfile.TemporaryDirectory(prefix="mmaemu-mutants-") as tmp:
-        work = Path(tmp)
-        _copy_tree(work)
-        for i, mutant in enumerate(chosen, 1):
-            outcome = _run_one(mutant, work)
-            outcomes.append(outcome)
-            print(f"[{i:2d}/{len(chosen)}] {outcome.status:10s} {mutant.id:32s} {outcome.seconds:6.1f} s  "
-                  f"{outcome.detail[:90]}", flush=True)
+    outcomes = _run_all(chosen, args.jobs)
     counts = {s: sum(o.status == s for o in outcomes) for s in ("killed", "survived", "malformed", "equivalent")}
     print(f"\n{len(outcomes)} mutants: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
     if args.json:
