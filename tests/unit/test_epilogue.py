@@ -1,4 +1,5 @@
-"""mmaemu.epilogue with a bias: both candidate orders against the exact slow model (tests/slowmodel.py).
+"""mmaemu.epilogue against the exact slow model (tests/slowmodel.py): without a bias for any finite scales and
+every output dtype, and with a bias in both candidate orders.
 
 No recording of a biased output exists (docs: [Note: bias]), so these tests show that each candidate is
 computed exactly as defined, that the two are told apart, and that scaled_mm uses the default one and
@@ -12,7 +13,7 @@ import struct
 import pytest
 import slowmodel
 import torch
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import mmaemu
@@ -36,6 +37,27 @@ def _ours(acc: int, sa: int, sb: int, bias: int, out: str, order: BiasOrder) -> 
 _fp32 = st.integers(0, 0xFFFFFFFF).filter(lambda b: (b >> 23) & 0xFF != 0xFF)  # finite fp32 bit patterns
 _scale = st.sampled_from([1.0, 0.5, 2.0**-6, 0.3712, 3.0, 1 / 448, 2.0**-100, 2.0**60]).map(_f32_bits)
 _half = st.integers(0, 0xFFFF)
+
+
+_OUTS = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
+         "e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
+_BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32}
+# scales of every size: products of two of them are rarely exact in fp32, so alpha's rounding shows
+_any_scale = st.one_of(_fp32, st.integers(0x3F000000, 0x40000000))
+
+
+@settings(max_examples=300, deadline=None)
+@given(acc=_fp32, sa=_any_scale, sb=_any_scale, out=st.sampled_from(sorted(_OUTS)))
+@example(acc=0x80000000, sa=0x71800000, sb=0x71800000, out="e4m3")  # -0 times an alpha that overflows: NaN
+def test_the_epilogue_without_a_bias_is_exact(acc: int, sa: int, sb: int, out: str) -> None:
+    """alpha = RN32(scale_a * scale_b), then fma(acc, alpha, +0) rounded to fp32 and to the output: bits of the
+    slow model, for arbitrary finite fp32 accumulators and scales (the tools/mutants.py epilogue mutants run
+    this first)."""
+    scalar = lambda bits: torch.tensor(bits, dtype=torch.int64).to(torch.int32).view(torch.float32)  # noqa: E731
+    y = epilogue(scalar([acc]), scalar(sa), scalar(sb), out_dtype=_OUTS[out])
+    width = y.element_size()
+    got = int(y.view(_BITS[width]).to(torch.int64)[0]) & ((1 << 8 * width) - 1)
+    assert got == slowmodel.epilogue(acc, sa, sb, out), (hex(acc), hex(sa), hex(sb), out)
 
 
 @settings(max_examples=600, deadline=None)
