@@ -154,22 +154,22 @@ def slow_accumulate(case: dict[str, Any]) -> list[int]:
 # ---- accumulate -----------------------------------------------------------------------------
 
 
-def test_accumulate_random(backend: str) -> None:
+def _accumulate_cases(backend: str, *, specials: bool) -> None:
+    """Hypothesis GEMM cases (NaN, Inf and special codes with ``specials``) on ``backend`` against the slow model."""
     @_for_backend(backend)
-    @given(case=gemm_case(specials=False))
+    @given(case=gemm_case(specials=specials))
     def check(case: dict[str, Any]) -> None:
         assert run_accumulate(case, backend) == slow_accumulate(case)
 
     check()
+
+
+def test_accumulate_random(backend: str) -> None:
+    _accumulate_cases(backend, specials=False)
 
 
 def test_accumulate_with_nan_inf_and_specials(backend: str) -> None:
-    @_for_backend(backend)
-    @given(case=gemm_case(specials=True))
-    def check(case: dict[str, Any]) -> None:
-        assert run_accumulate(case, backend) == slow_accumulate(case)
-
-    check()
+    _accumulate_cases(backend, specials=True)
 
 
 def _adversarial() -> list[tuple[str, dict[str, Any]]]:
