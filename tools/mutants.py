@@ -45,8 +45,8 @@ MODEL = ("tests/evidence/test_hw_vectors.py", "tests/unit/test_model.py", "tests
          "tests/evidence/test_against_slowmodel.py", "-k", "not cpu and not triton")
 SPLIT = ("tests/unit/test_accumulation.py", "tests/evidence/test_against_slowmodel.py", "tests/evidence/test_rtx4060_recordings.py",
          "-k", "not cpu and not triton")
-EPILOGUE = ("tests/unit/test_epilogue.py", "tests/evidence/test_against_slowmodel.py", "tests/unit/test_checks.py", "tests/evidence/test_call_records.py",
-            "tests/evidence/test_rtx4060_recordings.py", "-k", "not cpu and not triton")
+EPILOGUE = ("tests/unit/test_epilogue.py", "tests/evidence/test_against_slowmodel.py", "tests/unit/test_checks.py",
+            "tests/evidence/test_call_records.py", "tests/evidence/test_rtx4060_recordings.py", "-k", "not cpu and not triton")
 CPU = ("tests/unit/test_cpu_backend.py", "tests/unit/test_differential.py", "tests/evidence/test_against_slowmodel.py",
        "tests/evidence/test_rtx4060_recordings.py", "-k", "cpu or differential")
 ZOO = ("tests/evidence/test_zoo_slowmodel.py", "tests/unit/test_zoo_accumulate.py", "tests/unit/test_differential.py",
@@ -60,7 +60,6 @@ def first(path: str, tests: tuple[str, ...]) -> tuple[str, ...]:
     """``tests`` with the file ``path`` run first (pytest runs a file named twice once, where it is first named):
     the test aimed at a mutant ends the run early; the rest of the selection still runs if it passes."""
     return (path, *tests)
-
 
 
 @dataclass(frozen=True)
