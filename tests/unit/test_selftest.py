@@ -49,6 +49,18 @@ def clean_state(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(backends, "_WARNED", set())
 
 
+@pytest.fixture
+def few_cases(monkeypatch: pytest.MonkeyPatch, clean_state: None) -> None:
+    """Two of the self-test's problems (one chain; three parts, so a parallel-chains launch too), for the
+    tests of what the self-test does with a result: it runs every case with every launch, so each refresh
+    of the full self-test costs about half a minute per kernel in the interpreter, and these tests are
+    about the mechanism, not the problems (the full set runs in the tests above and below that do not use
+    this fixture, in every xdist worker's first Triton call, and in the device check's dry run)."""
+    one_chain = next(c for c in triton_selftest.CASES if c.split.parts == 1 and not c.compiled_only)
+    parts = next(c for c in triton_selftest.CASES if c.split.parts > 1 and not c.compiled_only)
+    monkeypatch.setattr(triton_selftest, "CASES", (one_chain, parts))
+
+
 @needs_triton
 def test_selftest_passes_in_the_interpreter_and_is_cached() -> None:
     if not triton_backend.interpreting():  # pragma: no cover
@@ -63,7 +75,7 @@ def test_selftest_passes_in_the_interpreter_and_is_cached() -> None:
 
 
 @needs_triton
-def test_a_broken_kernel_fails_the_selftest(monkeypatch: pytest.MonkeyPatch, clean_state: None) -> None:
+def test_a_broken_kernel_fails_the_selftest(monkeypatch: pytest.MonkeyPatch, few_cases: None) -> None:
     real = triton_backend.accumulate
 
     def off_by_one_ulp(a, b, preset, plan, config=None, launch=None):  # type: ignore[no-untyped-def]
@@ -83,7 +95,7 @@ def test_a_broken_kernel_fails_the_selftest(monkeypatch: pytest.MonkeyPatch, cle
 
 @needs_triton
 def test_a_fault_only_in_the_parallel_chains_launch_fails_the_selftest(monkeypatch: pytest.MonkeyPatch,
-                                                                        clean_state: None) -> None:
+                                                                        few_cases: None) -> None:
     """The self-test runs every case with every launch a call may use, the parallel-chains one included."""
     real = triton_backend.accumulate
 
@@ -100,7 +112,7 @@ def test_a_fault_only_in_the_parallel_chains_launch_fails_the_selftest(monkeypat
 
 @needs_triton
 def test_a_failing_sm90_formulation_is_switched_off_and_the_exact_one_runs(monkeypatch: pytest.MonkeyPatch,
-                                                                          clean_state: None) -> None:
+                                                                          few_cases: None) -> None:
     """Where the GPU's own instruction disagrees with the reference in the self-test, it is never used on
     that device: the exactly-defined formulation is self-tested and runs instead. (Here the interpreter
     plays the sm_90 GPU: its tl.dot is a float matmul, which the adversarial cases catch.)"""
@@ -122,7 +134,7 @@ def test_a_failing_sm90_formulation_is_switched_off_and_the_exact_one_runs(monke
 
 @needs_triton
 def test_a_registered_presets_kernel_is_selftested_on_first_use(monkeypatch: pytest.MonkeyPatch,
-                                                                 clean_state: None) -> None:
+                                                                 few_cases: None) -> None:
     """A preset with another (B, F) runs a kernel variant the device-level self-test never ran: it is
     self-tested on its first call there, once; a failure makes backend='triton' raise and names it."""
     if not triton_backend.interpreting():  # pragma: no cover

@@ -37,6 +37,23 @@ if triton is not None:
             return d + tl.floor(x * y * inv_u) * u
 
     @triton.jit
+    def _add_term(ap, an, bp, bn, acc_all, acc_neg, u, inv_u, NATIVE_RZ: tl.constexpr):
+        """One k of a block: ``|a| |b|`` into ``acc_all``, and ``|a-| |b+|`` then ``|a+| |b-|`` (the negative
+        products' magnitudes) into ``acc_neg``, each by :func:`_fma_rz`. ``ap``, ``an`` are the rows' positive
+        and negative parts, ``bp``, ``bn`` the columns'. Written out in one function, not three calls: Triton's
+        interpreter pays for every nested jit call (about a third of its time here), the compiler inlines both
+        alike."""
+        if NATIVE_RZ:
+            acc_all = _libdevice.fma_rz((ap + an)[:, None], (bp + bn)[None, :], acc_all)
+            acc_neg = _libdevice.fma_rz(an[:, None], bp[None, :], acc_neg)
+            acc_neg = _libdevice.fma_rz(ap[:, None], bn[None, :], acc_neg)
+        else:  # _fma_rz's twin
+            acc_all = acc_all + tl.floor((ap + an)[:, None] * (bp + bn)[None, :] * inv_u) * u
+            acc_neg = acc_neg + tl.floor(an[:, None] * bp[None, :] * inv_u) * u
+            acc_neg = acc_neg + tl.floor(ap[:, None] * bn[None, :] * inv_u) * u
+        return acc_all, acc_neg
+
+    @triton.jit
     def _rz_chain(operands, k_start, k_stop, rm, rn, BLOCK: tl.constexpr, FRAC: tl.constexpr,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NATIVE_RZ: tl.constexpr):
         """One chain of the second formulation over the padded k range ``[k_start, k_stop)`` for the
@@ -69,9 +86,7 @@ if triton is not None:
                 an = tl.load(an_ptr + a_off)
                 bp = tl.load(bp_ptr + b_off)
                 bn = tl.load(bn_ptr + b_off)
-                acc_all = _fma_rz((ap + an)[:, None], (bp + bn)[None, :], acc_all, u, inv_u, NATIVE_RZ)
-                acc_neg = _fma_rz(an[:, None], bp[None, :], acc_neg, u, inv_u, NATIVE_RZ)
-                acc_neg = _fma_rz(ap[:, None], bn[None, :], acc_neg, u, inv_u, NATIVE_RZ)
+                acc_all, acc_neg = _add_term(ap, an, bp, bn, acc_all, acc_neg, u, inv_u, NATIVE_RZ)
                 a_off += MP
                 b_off += NP
             # big from acc_all's binade (ulp u), not kept live through the loop; then the block sum
