@@ -19,6 +19,7 @@ import torch
 from conftest import FULL
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from own_stack import on_own_stack
 
 import mmaemu
 
@@ -112,7 +113,10 @@ def run_accumulate(case: dict[str, Any], backend: str) -> list[int]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", mmaemu.UnverifiedSplitWarning)
         try:
-            acc = mmaemu.accumulate(
+            # on a thread of its own: under hypothesis the call would sit on a frame-stack chunk
+            # boundary (tests/own_stack.py), three times slower in Triton's interpreter
+            acc = on_own_stack(
+                mmaemu.accumulate,
                 a, b, use_fast_accum=case["fast"], splitk=1 if s == 1 else (s, scheme), profile=case["preset"],
                 backend=backend,
             )
