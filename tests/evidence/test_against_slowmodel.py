@@ -10,6 +10,7 @@ accumulation, splits S = 1..8 in all three schemes.
 from __future__ import annotations
 
 import struct
+import threading
 import warnings
 from typing import Any
 
@@ -166,6 +167,17 @@ def _accumulate_cases(backend: str, *, specials: bool) -> None:
         assert run_accumulate(case, backend) == slow_accumulate(case)
 
     check()
+
+
+def test_the_backend_call_on_its_own_thread_returns_its_result_and_raises_its_error() -> None:
+    """tests/own_stack.py: the call runs on another thread; its result comes back, its ValueError is raised here."""
+    assert on_own_stack(threading.current_thread) is not threading.current_thread()
+    case = dict(fa="e4m3", fb="e4m3", a=[[0x38] * 32], b=[[0x38] * 32], preset="hopper", fast=True, split=(8, "contiguous"))
+    assert refused_split(32, 8, "contiguous")
+    assert run_accumulate(case, "reference") == REFUSED == slow_accumulate(case)
+    a = codes_tensor(case["a"], "e4m3")
+    with pytest.raises(ValueError, match="k-tile"):
+        on_own_stack(mmaemu.accumulate, a, a, use_fast_accum=True, splitk=(8, "contiguous"), backend="reference")
 
 
 def test_accumulate_random(backend: str) -> None:
