@@ -16,7 +16,7 @@ from .accumulation import plan_accumulation
 from .backends import Backend, parse_backend, require, resolve_backend
 from .backends import run as run_backend
 from .checks import CheckedCall, check_call
-from .epilogue import BiasOrder, epilogue
+from .epilogue import BiasOrder, scratch_epilogue
 from .errors import (
     ExperimentalPresetWarning,
     UnsupportedFeatureError,
@@ -418,8 +418,8 @@ def scaled_mm(
     else:
         assert checked.out_format is not None
         acc = _run(mat1, mat2.t(), prof.preset, checked.fast, decision.split, chosen)
-        result = epilogue(acc, scale_a, scale_b, out_dtype=checked.out_format.dtype, scale_result=scale_result,
-                          bias=bias, bias_order=prof.bias_order or BiasOrder.AFTER_SCALE)
+        result = scratch_epilogue(acc, scale_a, scale_b, out_dtype=checked.out_format.dtype, scale_result=scale_result,
+                                  bias=bias, bias_order=prof.bias_order or BiasOrder.AFTER_SCALE)
     if out is not None:
         # only now, with the call decided and the result computed, is out touched (see checks [Note: out])
         resize_out_like_torch(out, checked.m, checked.n, warn=False)

@@ -62,6 +62,18 @@ def _scalar_fp32(x: object, name: str, device: torch.device) -> torch.Tensor:
     return x.detach().reshape(()).to(device)
 
 
+def scratch_epilogue(acc: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor, *, out_dtype: torch.dtype,
+                     scale_result: torch.Tensor | None = None, bias: torch.Tensor | None = None,
+                     bias_order: BiasOrder = BiasOrder.AFTER_SCALE) -> torch.Tensor:
+    """:func:`epilogue` of an accumulator the caller owns and no longer needs: ``acc`` may be overwritten.
+
+    The same bits, checks and errors; :func:`mmaemu.scaled_mm` passes it the backend's fresh
+    accumulators ([Note: fma(acc, alpha, +0) in fp32]).
+    """
+    return _epilogue(acc, scale_a, scale_b, out_dtype=out_dtype, scale_result=scale_result, bias=bias,
+                     bias_order=bias_order, scratch=True)
+
+
 def epilogue(
     acc: torch.Tensor,
     scale_a: torch.Tensor,
@@ -112,6 +124,14 @@ def epilogue(
         >>> mmaemu.epilogue(acc, torch.tensor(1.0), torch.tensor(0.5), out_dtype=torch.bfloat16)
         tensor([0.0000, 0.5000, 1.5000], dtype=torch.bfloat16)
     """
+    return _epilogue(acc, scale_a, scale_b, out_dtype=out_dtype, scale_result=scale_result, bias=bias,
+                     bias_order=bias_order, scratch=False)
+
+
+def _epilogue(acc: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor, *, out_dtype: torch.dtype,
+              scale_result: torch.Tensor | None = None, bias: torch.Tensor | None = None,
+              bias_order: BiasOrder = BiasOrder.AFTER_SCALE, scratch: bool) -> torch.Tensor:
+    """:func:`epilogue`; ``scratch``: ``acc`` may be overwritten (:func:`scratch_epilogue`)."""
     if not isinstance(acc, torch.Tensor):
         raise TypeError(f"acc must be a float32 torch.Tensor, got {type(acc).__name__}")
     if acc.dtype != torch.float32:
@@ -129,16 +149,27 @@ def epilogue(
         check_cpu_subnormals()  # MmaemuError under flush-to-zero: the fp32 rounding needs subnormals
     b32 = None if bias is None else _bias_fp32(bias, acc, fmt.fp8 is None and out_dtype != torch.float32)
     alpha = (sa * sb).to(torch.float32)  # exact product, one rounding to fp32
-    return _round_to_output(_scaled_fp32(acc, alpha, b32, bias_order), fmt, sr)
+    return _round_to_output(_scaled_fp32(acc, alpha, b32, bias_order, scratch), fmt, sr)
 
 
-def _scaled_fp32(acc: torch.Tensor, alpha: torch.Tensor, b32: torch.Tensor | None, bias_order: BiasOrder) -> torch.Tensor:
-    """The first rounding: ``acc * alpha`` (and the bias, by ``bias_order``) rounded to fp32."""
+def _scaled_fp32(acc: torch.Tensor, alpha: torch.Tensor, b32: torch.Tensor | None, bias_order: BiasOrder,
+                 scratch: bool) -> torch.Tensor:
+    """The first rounding: ``acc * alpha`` (and the bias, by ``bias_order``) rounded to fp32.
+
+    [Note: fma(acc, alpha, +0) in fp32] Without a bias, ``(acc * sign(alpha) + 0.0) * |alpha|`` in
+    fp32: the first multiply is exact, adding +0.0 turns only zeros into +0, and the last multiply is
+    the exact product rounded once (IEEE), with the sign of a nonzero product that rounds to zero
+    kept. It gives fma's bits for every alpha: 0 (zeros for finite acc, NaN for infinite), +-Inf
+    (NaN for zero acc) and NaN (sign(NaN) is NaN), with no host synchronisation. ``scratch``: ``acc``
+    is the caller's own buffer and is overwritten (three passes in place instead of fresh tensors,
+    whose first touch costs more than the arithmetic on a CPU).
+    """
+    if b32 is None:
+        y = acc.mul_(torch.sign(alpha)) if scratch else acc * torch.sign(alpha)
+        return y.add_(0.0).mul_(torch.abs(alpha))
     # fma(acc, alpha, +0): the float64 product is exact (24 x 24 bits, no float64 underflow);
     # adding +0.0 turns only an exactly-zero product into +0; then one rounding to fp32.
     product = acc.to(torch.float64) * alpha.to(torch.float64)
-    if b32 is None:
-        return (product + 0.0).to(torch.float32)
     if bias_order is BiasOrder.AFTER_SCALE:
         return ((product + 0.0).to(torch.float32).to(torch.float64) + b32.to(torch.float64)).to(torch.float32)
     if bias_order is BiasOrder.FUSED:

@@ -22,6 +22,7 @@ __all__ = [
     "DecodedFp8",
     "decode_fp8",
     "fp8_nan_mask",
+    "fp8_inf_rows",
     "fp8_nan_rows",
     "fp8_format_of",
     "out_format_of",
@@ -435,6 +436,14 @@ def decode_wide(x: torch.Tensor, fmt: WideFormat) -> DecodedFp8:
         is_nan=is_nan,
         is_inf=is_inf,
     )
+
+
+def fp8_inf_rows(x: torch.Tensor) -> torch.Tensor:
+    """Whether each row (last dimension) of an FP8 tensor holds an Inf code (E5M2's 0x7C and 0xFC; E4M3 has
+    none); False for empty rows."""
+    if fp8_format_of(x.dtype) is not Fp8Format.E5M2 or x.shape[-1] == 0:
+        return torch.zeros(x.shape[:-1], dtype=torch.bool, device=x.device)
+    return ((x.view(torch.uint8) & 0x7F) == 0x7C).any(-1)
 
 
 def nan_rows(x: torch.Tensor) -> torch.Tensor:

@@ -165,14 +165,15 @@ MUTANTS: tuple[Mutant, ...] = (
            "serial and contiguous parts added last to first", SPLIT),
     # --- epilogue and NaN rule (mmaemu/epilogue.py, mmaemu/call.py, mmaemu/formats.py)
     Mutant("single-rounding", "mmaemu/epilogue.py",
-           "    return _round_to_output(_scaled_fp32(acc, alpha, b32, bias_order), fmt, sr)\n",
+           "    return _round_to_output(_scaled_fp32(acc, alpha, b32, bias_order, scratch), fmt, sr)\n",
            "    return _round_to_output(acc.to(torch.float64) * alpha.to(torch.float64) if b32 is None and fmt.fp8 is None "
-           "else _scaled_fp32(acc, alpha, b32, bias_order), fmt, sr)\n",
+           "else _scaled_fp32(acc, alpha, b32, bias_order, scratch), fmt, sr)\n",
            "bf16/fp16 rounded once from the exact product instead of twice (via fp32)", EPILOGUE),
     Mutant("alpha-not-rounded", "mmaemu/epilogue.py", "alpha = (sa * sb).to(torch.float32)",
            "alpha = sa * sb", "scale_a * scale_b kept exact instead of rounded to fp32", EPILOGUE),
     Mutant("multiply-then-add", "mmaemu/epilogue.py",
-           "        return (product + 0.0).to(torch.float32)\n",
+           "        y = acc.mul_(torch.sign(alpha)) if scratch else acc * torch.sign(alpha)\n"
+           "        return y.add_(0.0).mul_(torch.abs(alpha))\n",
            "        return acc * alpha + 0.0\n", "fma(acc, alpha, +0) replaced by an fp32 multiply then + 0", EPILOGUE),
     Mutant("inference-k-floor-too-high", "mmaemu/platforms/inference.py",
            "_SWEEP_K[0], 5135, _SWEEP_M, _SWEEP_N),\n    \"cuBLASLt splits only long K: the H100 sweep's dense K part "

@@ -6,8 +6,10 @@ accumulators held in registers across a loop over k (register blocking), and fus
 with a static rounding direction. This module gives both as numba types and intrinsics that lower
 to LLVM vectors (``<16 x float>``, ``<64 x i8>``) and to the AVX-512 intrinsics with an embedded
 rounding mode (``llvm.x86.avx512.vfmadd.ps.512`` and ``llvm.x86.avx512.add.ps.512`` with
-rounding 11, round toward zero with exceptions suppressed: ``vfmadd231ps {rz-sae}``). The rounding
-is a property of each instruction, not of the MXCSR register, so no other arithmetic is affected.
+rounding 11, round toward zero with exceptions suppressed: ``vfmadd231ps {rz-sae}``, and 10, round
+up, for c's negative values at a block's start). The rounding is a property of each instruction,
+not of the MXCSR register, so no other arithmetic is affected. The int8 lanes carry the block
+maxima and the count of negative products below the grid (saturating subtraction, comparison).
 
 Loads and stores take a one-dimensional array and an element offset (no bounds or wraparound
 checks: the callers' offsets are in range by construction). They compile only on a CPU with
@@ -56,6 +58,7 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled code
     _VI = ir.VectorType(_I32, 16)
     _VB = ir.VectorType(_I8, 64)
     _ROUND_TOWARD_ZERO = 11  # _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC
+    _ROUND_UP = 10  # _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC
 
     class _F32x16Type(types.Type):
         def __init__(self) -> None:
@@ -142,37 +145,54 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled code
         return F32X16(F32X16, F32X16, F32X16), codegen
 
     @intrinsic
-    def add_rz(typingctx: Any, a: Any, b: Any) -> Any:
-        """``a + b`` rounded toward zero (``vaddps {rz-sae}``)."""
+    def start_rz(typingctx: Any, g: Any, c: Any) -> Any:
+        """``g + c`` with ``c`` truncated toward zero onto ``g``'s grid: ``g >= 0`` large, so the sum
+        rounded toward zero is ``g + floor(c)``, and rounded up (``{ru-sae}``) ``g + ceil(c)``; the
+        second where ``c < 0``."""
         def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
             fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_VF, [_VF, _VF, _I32]),
                                                 "llvm.x86.avx512.add.ps.512")
-            return builder.call(fn, [*args, ir.Constant(_I32, _ROUND_TOWARD_ZERO)])
+            down = builder.call(fn, [*args, ir.Constant(_I32, _ROUND_TOWARD_ZERO)])
+            up = builder.call(fn, [*args, ir.Constant(_I32, _ROUND_UP)])
+            negative = builder.fcmp_ordered("<", args[1], ir.Constant(_VF, [0.0] * 16))
+            return builder.select(negative, up, down)
         return F32X16(F32X16, F32X16), codegen
 
     @intrinsic
-    def sub(typingctx: Any, a: Any, b: Any) -> Any:
-        """``a - b``, IEEE round to nearest even."""
+    def grid8(typingctx: Any, g0: Any, g1: Any, g2: Any, g3: Any, low: int, high: int) -> Any:
+        """The grid exponents ``E - F`` of four offset accumulators (64 lanes, int8), clamped to [low, high]."""
         def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-            return builder.fsub(args[0], args[1])
-        return F32X16(F32X16, F32X16), codegen
+            lo_v = _splat(builder, _VI, context.cast(builder, args[4], sig.args[4], types.int32))
+            hi_v = _splat(builder, _VI, context.cast(builder, args[5], sig.args[5], types.int32))
+            parts = []
+            for x in args[:4]:
+                e = builder.sub(builder.and_(builder.ashr(builder.bitcast(x, _VI), _ints([23] * 16)),
+                                             _ints([255] * 16)), _ints([150] * 16))
+                e = _smax(builder, e, lo_v)
+                e = builder.select(builder.icmp_signed("<", e, hi_v), e, hi_v)
+                parts.append(builder.trunc(e, ir.VectorType(_I8, 16)))
+            lo = builder.shuffle_vector(parts[0], parts[1], ir.Constant(ir.VectorType(_I32, 32), list(range(32))))
+            hi = builder.shuffle_vector(parts[2], parts[3], ir.Constant(ir.VectorType(_I32, 32), list(range(32))))
+            return builder.shuffle_vector(lo, hi, ir.Constant(ir.VectorType(_I32, 64), list(range(64))))
+        return I8X64(F32X16, F32X16, F32X16, F32X16, low, high), codegen
 
     @intrinsic
-    def positive_part(typingctx: Any, a: Any) -> Any:
-        """``a`` where ``a > 0``, else +0 (``max(a, 0)`` for the finite values used here)."""
+    def minus8(typingctx: Any, g: Any, x: Any) -> Any:
+        """``g - x`` lane by lane, saturated to int8 (``x``: an integer scalar holding an int8, broadcast)."""
         def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-            zero = ir.Constant(_VF, [0.0] * 16)
-            return builder.select(builder.fcmp_ordered(">", args[0], zero), args[0], zero)
-        return F32X16(F32X16), codegen
+            x8 = builder.trunc(args[1], _I8) if args[1].type.width > 8 else args[1]
+            fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_VB, [_VB, _VB]), "llvm.ssub.sat.v64i8")
+            return builder.call(fn, [args[0], _splat(builder, _VB, x8)])
+        return I8X64(I8X64, x), codegen
 
     @intrinsic
-    def negative_part(typingctx: Any, a: Any) -> Any:
-        """``-a`` where ``a < 0``, else +0."""
+    def count_below8(typingctx: Any, count: Any, t: Any, arr: Any, off: Any) -> Any:
+        """``count + (arr[off:off + 64] < t)`` lane by lane (int8)."""
         def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-            zero = ir.Constant(_VF, [0.0] * 16)
-            neg = builder.fsub(zero, args[0])
-            return builder.select(builder.fcmp_ordered(">", neg, zero), neg, zero)
-        return F32X16(F32X16), codegen
+            p = _pointer(context, builder, sig.args[2], args[2], args[3], sig.args[3])
+            x = builder.load(builder.bitcast(p, _VB.as_pointer()), align=1)
+            return builder.sub(args[0], builder.sext(builder.icmp_signed("<", x, args[1]), _VB))
+        return I8X64(I8X64, I8X64, arr, off), codegen
 
     @intrinsic
     def mask_bits(typingctx: Any, a: Any, mask: Any) -> Any:
@@ -248,3 +268,25 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled code
         return grid_offset
 
     grid_offset0, grid_offset1, grid_offset2, grid_offset3 = (_grid_offset(g) for g in range(4))
+
+    def _end_units(group: int) -> Any:
+        @intrinsic
+        def end_units(typingctx: Any, x: Any, count: Any) -> Any:
+            """``x`` plus ``count`` ulps minus the block's offset ``1.5 * 2**23`` ulps, exact (lanes
+            ``16 * group ...`` of the int8 ``count``).
+
+            ``x`` lies in ``[2**23, 2**24)`` ulps and stays there with the count added (the callers'
+            capacity bound), so adding the count to its bit pattern adds that many ulps, and the
+            offset (``x``'s exponent field with the significand 1.5) is subtracted exactly
+            (Sterbenz's lemma); an exact zero is +0.
+            """
+            def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+                lanes = ir.Constant(_VI, list(range(16 * group, 16 * group + 16)))
+                n = builder.sext(builder.shuffle_vector(args[1], ir.Constant(_VB, ir.Undefined), lanes), _VI)
+                bits = builder.add(builder.bitcast(args[0], _VI), n)
+                offset = builder.or_(builder.and_(bits, _ints([0x7F800000] * 16)), _ints([1 << 22] * 16))
+                return builder.fsub(builder.bitcast(bits, _VF), builder.bitcast(offset, _VF))
+            return F32X16(F32X16, I8X64), codegen
+        return end_units
+
+    end_units0, end_units1, end_units2, end_units3 = (_end_units(g) for g in range(4))

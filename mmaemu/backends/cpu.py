@@ -58,6 +58,7 @@ from ..formats import (
     FP8_DTYPES,
     Fp8Format,
     fp8_format_of,
+    fp8_inf_rows,
 )
 from .._host import env_flag
 from ..model import block_sum_exact_in_fp32
@@ -296,26 +297,24 @@ def _accumulate_avx512(a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: A
     rows, cols = (b, a) if lanes_over_a else (a, b)
     f_rows, f_cols = fp8_format_of(rows.dtype), fp8_format_of(cols.dtype)
     r, c = rows.shape[0], cols.shape[0]
-    n_blocks, width, n_panels = len(starts), -(-preset.block_size // 16) * 16, _cpu_fp8.panels(c)
-    codes_r = rows.detach().view(torch.uint8).contiguous().numpy()
+    n_panels = _cpu_fp8.panels(c)
+    codes_r = rows.detach().view(torch.uint8)
+    if not flat.identity:
+        codes_r = codes_r.index_select(1, flat.k_order)  # the row side's k in plan order, as the panels'
+    codes_r = codes_r.contiguous()
+    inf_r = bool(fp8_inf_rows(rows.detach()).any())
     codes_c = cols.detach().view(torch.uint8).contiguous().numpy()
     out = np.zeros((m, n), dtype=np.float32)
     with launch_guard():
-        va = aligned_buffer("fp8.rows.values", (n_blocks, r, width), np.float32)
-        sel = aligned_buffer("fp8.rows.sign", (n_blocks, r, width), np.int32)
-        ea = aligned_buffer("fp8.rows.exponents", (n_blocks, r, width), np.int32)
-        inf_r = np.zeros(r, dtype=np.bool_)
-        _cpu_fp8.decode_a_blocks(codes_r, kseq, flat.identity, starts, stops, f_rows.mantissa_bits, f_rows.bias,
-                                f_rows.value.has_inf, va, sel, ea, inf_r)
-        bpn = aligned_buffer("fp8.cols.values", (n_panels, k, 2, _cpu_fp8.PANEL), np.float32)
-        eb = aligned_buffer("fp8.cols.exponents", (n_panels, k, _cpu_fp8.PANEL), np.int8)
+        bv = aligned_buffer("fp8.cols.values", (n_panels, k, _cpu_fp8.PANEL), np.float32)
+        eb = aligned_buffer("fp8.cols.exponents", (n_panels, k, 3, _cpu_fp8.PANEL), np.int8)
         inf_c = np.zeros(n_panels * math.ceil(k / _cpu_fp8.PANEL), dtype=np.bool_)
-        _cpu_fp8.decode_b_panels(codes_c, kseq, _tables(f_cols), bpn, eb, inf_c)
+        _cpu_fp8.decode_b_panels(codes_c, kseq, _tables(f_cols), bv, eb, inf_c)
         m_tile = _m_tile(r, n_panels, numba.get_num_threads())
-        _cpu_fp8.kernel(va, sel, ea, bpn, eb, starts, stops, first, np.asarray(flat.chain_part, np.int64),
-                       len(plan.parts), np.asarray(flat.order, np.int64), np.asarray(flat.role, np.int64),
-                       preset.frac_bits, m_tile, out, lanes_over_a)
-    return Accumulated(torch.from_numpy(out), bool(inf_r.any() or inf_c.any()))
+        _cpu_fp8.kernel(codes_r.numpy(), _tables(f_rows), bv, eb, starts, stops, first,
+                       np.asarray(flat.chain_part, np.int64), len(plan.parts), np.asarray(flat.order, np.int64),
+                       np.asarray(flat.role, np.int64), preset.frac_bits, m_tile, out, lanes_over_a)
+    return Accumulated(torch.from_numpy(out), inf_r or bool(inf_c.any()))
 
 
 #: The cpu backend as the dispatcher uses it.

@@ -14,6 +14,7 @@ import sys
 import torch
 
 from ..accumulation import AccumulationPlan, combine_parts
+from ..formats import fp8_inf_rows
 from ..model import Preset, chain
 from .._operands import BlockOperands
 from ..presets import Accumulator, require_accumulator
@@ -94,9 +95,7 @@ def _inf_rows(x: torch.Tensor) -> torch.Tensor:
         if x.shape[1] == 0:
             return torch.zeros(0, dtype=torch.int64, device=x.device)
         return torch.nonzero(torch.isinf(x).any(1)).flatten()
-    if x.dtype != torch.float8_e5m2 or x.shape[1] == 0:
-        return torch.zeros(0, dtype=torch.int64, device=x.device)
-    return torch.nonzero(((x.view(torch.uint8) & 0x7F) == 0x7C).any(1)).flatten()
+    return torch.nonzero(fp8_inf_rows(x)).flatten()
 
 
 def recompute_infinite(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, preset: Preset,

@@ -115,6 +115,29 @@ def test_terms_partly_and_wholly_below_the_grid() -> None:
 
 
 @needs_avx512
+@pytest.mark.parametrize("lead_blocks", [1, 3, 12, 60, 400])
+def test_grids_far_above_the_products_lowest_bits(lead_blocks: int) -> None:
+    """E5M2's largest products first (c grows to 2**36 .. 2**45, so the grid exponent E - F reaches 23 to
+    32), then large products of both signs whose lowest set bit lies just below, at or above that grid
+    (exponents 7 + 13 up to 15 + 15): the kernel's count of negative products below the grid at grids above 20,
+    and at its clamp (the lowest bits of live products end at 30)."""
+    gen = torch.Generator().manual_seed(lead_blocks)
+    k = 32 * (lead_blocks + 3)
+    a = torch.full((3, k), 57344.0)
+    b = torch.full((66, k), 57344.0)
+    tail = 32 * lead_blocks
+    mags = torch.tensor([640.0, 768.0, 1024.0, 1280.0, 5120.0, 20480.0, 57344.0, 49152.0, 40960.0, 32768.0])
+    pick = torch.randint(0, len(mags), (66, k - tail), generator=gen)
+    signs = torch.randint(0, 2, (66, k - tail), generator=gen).float() * 2 - 1
+    b[:, tail:] = mags[pick] * signs
+    a[1, tail:] = -57344.0
+    a[2, tail::2] = 40960.0  # 5 * 2**13
+    a[0, tail::3] = 32768.0  # 2**15: products whose lowest bit is 2**30
+    _check(a.to(E5M2), b.to(E5M2))
+    _check(a.to(E5M2), b.to(E5M2), fast=False)
+
+
+@needs_avx512
 def test_largest_and_smallest_products_and_c_truncation() -> None:
     """448 * 448 with 2**-9 * 2**-9 (E4M3's smallest subnormal) in one block, and c's truncated low bits."""
     k = 96

@@ -17,7 +17,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import mmaemu
-from mmaemu.epilogue import BiasOrder, epilogue
+from mmaemu.epilogue import BiasOrder, epilogue, scratch_epilogue
 
 _OUT = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -142,3 +142,32 @@ def test_the_fused_sum_rounds_once(e: int, shift: int, sign: float, odd: bool, n
     bias = (2.0 ** (e + 24 + shift)) * (1 + (2.0**-7 if odd else 0.0))
     got = _round_sum_to_fp32(torch.tensor([product], dtype=torch.float64), torch.tensor([bias], dtype=torch.float64))
     assert float(got[0]) == _rn32_exact(product, bias), (product, bias)
+
+
+_SPECIAL_ACC = [0x00000000, 0x80000000, 0x00000001, 0x80000001, 0x007FFFFF, 0x3F800000, 0xBF800000, 0x7F7FFFFF,
+                0xFF7FFFFF, 0x7F800000, 0xFF800000, 0x7FC00000, 0x7FA00001, 0x00800000, 0x80800000]
+_SPECIAL_SCALE = [0x00000000, 0x80000000, 0x00000001, 0x3F800000, 0xBF800000, 0x3EBE0DED, 0xC0400000, 0x1F800000,
+                  0x5F800000, 0x7F800000, 0xFF800000, 0x7FC00000]
+
+
+@pytest.mark.parametrize("out", sorted(_OUTS))
+@pytest.mark.parametrize("scratch", [False, True], ids=["epilogue", "scratch_epilogue"])
+def test_special_accumulators_and_scales(out: str, scratch: bool) -> None:
+    """Zeros of both signs, subnormals, the largest values, infinities and NaNs, against alphas of zero (both
+    signs), subnormal, negative, overflowing (2**64 * 2**64), underflowing, infinite and NaN: the slow model's
+    bits, from the public epilogue (which leaves acc alone) and from the one scaled_mm uses on its own
+    accumulators."""
+    scalar = lambda bits: torch.tensor(bits, dtype=torch.int64).to(torch.int32).view(torch.float32)  # noqa: E731
+    acc = scalar(_SPECIAL_ACC)
+    before = acc.clone()
+    width = torch.empty((), dtype=_OUTS[out]).element_size()
+    for sa in _SPECIAL_SCALE:
+        for sb in (0x3F800000, 0x5F800000, 0x1F800000):
+            given_acc = acc.clone() if scratch else acc
+            fn = scratch_epilogue if scratch else epilogue
+            y = fn(given_acc, scalar(sa), scalar(sb), out_dtype=_OUTS[out])
+            got = [int(v) & ((1 << 8 * width) - 1) for v in y.view(_BITS[width]).to(torch.int64)]
+            want = [slowmodel.epilogue(a, sa, sb, out) for a in _SPECIAL_ACC]
+            assert got == want, (hex(sa), hex(sb), out, [(hex(a), hex(g), hex(w)) for a, g, w in
+                                                         zip(_SPECIAL_ACC, got, want) if g != w])
+    assert torch.equal(acc.view(torch.int32), before.view(torch.int32))  # epilogue did not write into acc
