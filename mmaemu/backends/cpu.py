@@ -1,9 +1,10 @@
 """The compiled CPU backend: the reference model's bits from integer arithmetic compiled by numba.
 
 FP8 operands go to one of two kernels with the same bits. On a CPU with AVX-512F and BW,
-:mod:`mmaemu.backends._cpu_fp8` truncates each term with a fused multiply-add rounded toward zero
-into an accumulator offset to the block's grid (two per product, no scaling or truncation
-instructions; see there). Elsewhere, or with ``MMAEMU_CPU_PORTABLE=1``, the portable kernel
+:mod:`mmaemu.backends._cpu_fp8` floors each term onto the block's grid with one fused multiply-add
+rounded toward zero into an accumulator offset to that grid, and counts the negative terms below
+the grid (which the floor put one unit further from zero than truncation; no scaling or
+truncation instructions; see there). Elsewhere, or with ``MMAEMU_CPU_PORTABLE=1``, the portable kernel
 :func:`_kernel` below runs:
 
 Each product ``a*b`` of FP8 values is exact in fp32 (at most 8 significant bits); its exponent
@@ -19,13 +20,13 @@ tile, and the tiles are spread over all cores (``prange``). The FP8 codes are de
 bit arithmetic (vectorised; checked against :func:`mmaemu.formats.decode_fp8` on all 256 codes).
 Memory: the operands re-laid out as fp32 values and int8 exponents (5 bytes per FP8 operand,
 plus 1 byte per element of B for its transposed codes) plus the output; no ``[M, N, K]``
-intermediate (the AVX-512 kernel: 12 bytes per element of the row side, 9 per element of the
-panel side, :func:`_accumulate_avx512`). These operand buffers are kept per thread between calls (up to
+intermediate (the AVX-512 kernel: 7 bytes per element of the panel side; the row side's codes
+are read in place, or permuted into a copy when the plan reorders k, :func:`_accumulate_avx512`). These operand buffers are kept per thread between calls (up to
 ``SCRATCH_LIMIT_BYTES`` each; :func:`release_scratch` frees them): fresh memory would cost a page
 fault every 4 KiB, more than the decoding itself. Calls from several threads are safe (the buffers
 are per thread; kernel launches are serialised under numba's ``workqueue`` threading layer).
 
-The kernels share their pieces as inline numba functions: the FP8 code decoder, the combination
+The kernels share their pieces as inline numba functions: the FP8 code decoder (and its tables), the combination
 of split parts and the addition of chain results (:mod:`mmaemu.backends._cpu_fp8`); the tile walk,
 the block maxima of the exponent sums and the truncated terms (:mod:`mmaemu.backends._cpu_steps`,
 shared with the zoo kernels of :mod:`mmaemu.backends._cpu_zoo`, which the fp16, bf16 and tf32
@@ -283,8 +284,8 @@ def _tables(fmt: Fp8Format) -> np.ndarray:
 def _accumulate_avx512(a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: AccumulationPlan) -> Accumulated | None:
     """:func:`accumulate` on the AVX-512 kernel; None when the shape leaves it nothing to do (empty).
 
-    The vector lanes run over a's rows (a is decoded into panels, b into per-block rows, the result
-    written transposed) when a has at least a panel's worth of rows, else over b's rows: the
+    The vector lanes run over a's rows (a is decoded into panels, b's codes are read row by row, the
+    result written transposed) when a has at least a panel's worth of rows, else over b's rows: the
     panels' transposition then costs the smaller operand, and few rows of a do not leave lanes idle.
     """
     m, n, k = a.shape[0], b.shape[0], plan.k
