@@ -39,11 +39,10 @@ block; the block maximum (64 int8 lanes, two partial maxima per row) is computed
 the block's set-up (the grid of each lane from E and c) and its end happen in registers.
 
 [Note: measured] On the 2-core development machine (AMD EPYC, Zen 4 class, AVX-512), 2 threads,
-E4M3, hopper fast, ``mmaemu.scaled_mm`` with a bf16 output against torch's fp32 matmul of the same
-operands: this kernel (with the row side read as codes and the epilogue in place) 13.5-15.0 ms
-against 10.0-10.3 ms at 64 x 1920 x 5760, 334-357 ms against 258-264 ms at 2048 x 1920 x 5760; the
-previous formulation (two accumulators, two FMAs per product, the row side decoded first) 24-33
-ms and 566-736 ms in the same session (2026-12-04). The bench figures are in docs/performance.md.
+E4M3, hopper fast, bf16 out: ``mmaemu.scaled_mm`` took 1.57x torch's fp32 matmul at 64 x 1920 x 5760
+and 1.46x at 2048 x 1920 x 5760 (the previous, two-accumulator kernel 3.03x and 3.84x on the same
+class of machine); the run, its command and what changed are in docs/performance.md
+(``docs/data/bench.json``, 2026-12-04).
 """
 
 from __future__ import annotations
@@ -68,7 +67,7 @@ __all__ = [
     "panels",
 ]
 
-#: Columns of a B panel (four vectors of 16 fp32 lanes; one int8 vector of exponents).
+#: Columns of a B panel (four vectors of 16 fp32 lanes; three int8 vectors: exponents, lowest bits by sign).
 PANEL = 64
 #: The largest block: the count of a block's negative terms below the grid is an int8 lane.
 MAX_BLOCK = 127
