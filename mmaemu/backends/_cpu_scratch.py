@@ -14,7 +14,9 @@ import numpy as np
 
 from ..accumulation import AccumulationPlan, flatten_plan
 
-__all__ = ["SCRATCH_LIMIT_BYTES", "aligned_buffer", "buffer", "flatten", "launch_guard", "release_scratch", "tiles"]
+__all__ = [
+    "SCRATCH_LIMIT_BYTES", "aligned_buffer", "buffer", "flatten", "launch_guard", "panel_rows", "release_scratch", "tiles",
+]
 
 
 def tiles(m: int, n: int, threads: int) -> tuple[int, int]:
@@ -25,6 +27,15 @@ def tiles(m: int, n: int, threads: int) -> tuple[int, int]:
     while m_tile > 4 and math.ceil(m / m_tile) * math.ceil(n / n_tile) < 4 * threads:
         m_tile //= 2
     return m_tile, n_tile
+
+
+def panel_rows(m: int, n_panels: int, threads: int) -> int:
+    """Rows per task of the AVX-512 kernels (one task: an M tile over one panel of 64 columns): 256
+    (a panel's block reused from cache by many rows), fewer until every thread has at least four tasks."""
+    m_tile = 256
+    while m_tile > 2 and math.ceil(m / m_tile) * n_panels < 4 * threads:
+        m_tile //= 2
+    return min(m_tile, max(m, 1))
 
 
 #: Scratch buffers larger than this are allocated per call instead of kept.

@@ -290,3 +290,111 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled code
         return end_units
 
     end_units0, end_units1, end_units2, end_units3 = (_end_units(g) for g in range(4))
+
+
+
+if _HAVE_NUMBA:  # pragma: no cover - compiled code
+    # [Note: portable vectors] The zoo kernel's operations below (and the loads, stores and int8
+    # operations above) are plain LLVM vector instructions, which LLVM lowers for the host: one
+    # instruction per vector with AVX-512, two or four with AVX2. Unlike fma_rz and start_rz
+    # (AVX-512's embedded rounding) they need no particular instruction set, so the zoo kernel
+    # (:mod:`mmaemu.backends._cpu_zoo_vector`) runs on every x86-64 CPU numba supports.
+    _F64 = ir.DoubleType()
+    _VD = ir.VectorType(_F64, 16)
+    _VQ = ir.VectorType(ir.IntType(64), 16)
+    _KEEP_24 = ~((1 << 29) - 1)  # a float64's sign, exponent and its 24 leading significand bits
+
+    class _I32x16Type(types.Type):
+        def __init__(self) -> None:
+            super().__init__(name="mmaemu.I32x16")
+
+    I32X16: Any = _I32x16Type()
+
+    @register_model(_I32x16Type)
+    class _I32x16Model(models.PrimitiveModel):
+        def __init__(self, dmm: Any, fe_type: Any) -> None:
+            super().__init__(dmm, fe_type, _VI)
+
+    @intrinsic
+    def add_max8s(typingctx: Any, acc: Any, arr: Any, off: Any, b: Any) -> Any:
+        """``max(acc, sat(arr[off] + b))`` lane by lane (int8, the addition saturating; ``arr[off]`` broadcast)."""
+        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+            p = _pointer(context, builder, sig.args[1], args[1], args[2], sig.args[2])
+            x = builder.load(p)
+            if x.type.width > 8:
+                x = builder.trunc(x, _I8)
+            fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_VB, [_VB, _VB]), "llvm.sadd.sat.v64i8")
+            s = builder.call(fn, [_splat(builder, _VB, x), args[3]])
+            return _smax(builder, s, args[0])
+        return I8X64(I8X64, arr, off, I8X64), codegen
+
+    def _zoo_exponent(group: int) -> Any:
+        @intrinsic
+        def zoo_exponent(typingctx: Any, emax: Any, c: Any, to_biased: Any) -> Any:
+            """E + 127 of lanes ``16 * group ...``: the larger of the int8 product maxima ``emax`` plus
+            ``to_biased`` and c's exponent field (0 for zeros and subnormals, 255 for Inf and NaN)."""
+            def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+                lanes = ir.Constant(_VI, list(range(16 * group, 16 * group + 16)))
+                e = builder.sext(builder.shuffle_vector(args[0], ir.Constant(_VB, ir.Undefined), lanes), _VI)
+                e = builder.add(e, _splat(builder, _VI, context.cast(builder, args[2], sig.args[2], types.int32)))
+                field = builder.and_(builder.lshr(builder.bitcast(args[1], _VI), _ints([23] * 16)), _ints([255] * 16))
+                return _smax(builder, e, field)
+            return I32X16(I8X64, F32X16, to_biased), codegen
+        return zoo_exponent
+
+    zoo_exponent0, zoo_exponent1, zoo_exponent2, zoo_exponent3 = (_zoo_exponent(g) for g in range(4))
+
+    @intrinsic
+    def zoo_scale(typingctx: Any, eb: Any, frac: Any) -> Any:
+        """``2**(F - E)`` from ``eb = E + 127`` (the bits ``(F + 254 - eb) << 23``; meaningless where E is
+        outside the kernel's range: those lanes keep c, :func:`zoo_result`)."""
+        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+            f = context.cast(builder, args[1], sig.args[1], types.int32)
+            k = _splat(builder, _VI, builder.add(f, ir.Constant(_I32, 254)))
+            return builder.bitcast(builder.shl(builder.sub(k, args[0]), _ints([23] * 16)), _VF)
+        return F32X16(I32X16, frac), codegen
+
+    @intrinsic
+    def zoo_cterm(typingctx: Any, c: Any, s: Any) -> Any:
+        """c's term: ``c * 2**(F - E)`` truncated toward zero to int32 (exact where the lane's E is in range)."""
+        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+            return builder.fptosi(builder.fmul(args[0], args[1]), _VI)
+        return I32X16(F32X16, F32X16), codegen
+
+    @intrinsic
+    def zoo_term(typingctx: Any, acc: Any, a: Any, b: Any, s: Any) -> Any:
+        """``acc + trunc(a * b * 2**(F - E))`` (int32 lanes): the product is exact in fp32, its scaling
+        by a power of two exact, and the conversion truncates toward zero."""
+        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+            p = builder.fmul(builder.fmul(args[1], args[2]), args[3])
+            return builder.add(args[0], builder.fptosi(p, _VI))
+        return I32X16(I32X16, F32X16, F32X16, F32X16), codegen
+
+    @intrinsic
+    def zoo_result(typingctx: Any, acc: Any, cterm: Any, eb: Any, c: Any, frac: Any, lo: Any) -> Any:
+        """The block's fp32 results from the int32 sums ``acc`` and ``cterm`` (``eb = E + 127``).
+
+        ``acc + cterm`` is exact in float64 (below 2**33); keeping its 24 leading significand bits
+        (a mask) truncates it toward zero to fp32 (fp32's normalisation), converted exactly, and
+        scaled by ``2**(E - F)``: exact for E - F >= -126, and a sum of 2**128 or more overflows to
+        +-Inf, as in the model. An exact zero is +0. Lanes with ``eb < lo`` (E below the kernel's
+        range: no nonzero product, c tiny) or ``eb == 255`` (c infinite) give ``c + 0`` instead (one
+        unsigned comparison of ``eb - lo``).
+        """
+        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+            x = builder.fadd(builder.sitofp(args[0], _VD), builder.sitofp(args[1], _VD))
+            x = builder.bitcast(builder.and_(builder.bitcast(x, _VQ), ir.Constant(_VQ, [_KEEP_24] * 16)), _VD)
+            f = context.cast(builder, args[4], sig.args[4], types.int32)
+            unit = builder.bitcast(builder.shl(builder.sub(args[2], _splat(builder, _VI, f)), _ints([23] * 16)), _VF)
+            r = builder.fmul(builder.fptrunc(x, _VF), unit)
+            lo = _splat(builder, _VI, context.cast(builder, args[5], sig.args[5], types.int32))
+            keep = builder.icmp_unsigned(">=", builder.sub(args[2], lo), builder.sub(_ints([255] * 16), lo))
+            return builder.select(keep, builder.fadd(args[3], ir.Constant(_VF, [0.0] * 16)), r)
+        return F32X16(I32X16, I32X16, I32X16, F32X16, frac, lo), codegen
+
+    @intrinsic
+    def zeros32(typingctx: Any) -> Any:
+        """16 int32 zeros."""
+        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+            return ir.Constant(_VI, [0] * 16)
+        return I32X16(), codegen

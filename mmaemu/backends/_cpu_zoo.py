@@ -1,5 +1,9 @@
 """The cpu backend's kernels for the zoo formats (fp16, bf16, tf32 operands, fp32 accumulators).
 
+The default is the vector kernel (:mod:`mmaemu.backends._cpu_zoo_vector`, :func:`_accumulate_vector`);
+the loop kernels below run with ``MMAEMU_CPU_PORTABLE=1`` and for presets it does not express, and
+the float64 one recomputes the rows outside either fast kernel's exponent range.
+
 Two kernels compute the same bits as :func:`mmaemu.model.block_fma`. The fp32 kernel
 (:func:`_kernel_zoo`) runs every row whose operand exponents lie in [_FAST_EMIN, _FAST_EMAX]: each
 product is exact in fp32, scaled to the block's grid and truncated into int32 terms. Rows of ``a``
@@ -19,10 +23,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..accumulation import AccumulationPlan
+from .._host import env_flag
+from ..accumulation import AccumulationPlan, flatten_plan
 from ..formats import WideFormat, decode_wide, wide_format_of
 from ..presets import CMode, Preset, Rounding
-from ._cpu_scratch import buffer, flatten, launch_guard, tiles
+from . import _cpu_fp8, _cpu_zoo_vector
+from ._cpu_scratch import aligned_buffer, buffer, flatten, launch_guard, panel_rows, tiles
 from .protocol import Accumulated
 
 __all__ = ["accumulate_wide", "expresses_wide"]
@@ -105,15 +111,17 @@ if numba is not None:
 
     @njit(parallel=True, cache=True)
     def _decode_zoo(  # pragma: no cover - compiled
-        bits: np.ndarray, shift: int, is_fp16: bool, out_v: np.ndarray, out_e: np.ndarray,
-        inf_rows: np.ndarray, wide_rows: np.ndarray, wide_cols: np.ndarray,
+        bits: np.ndarray, shift: int, is_fp16: bool, e_lo: int, e_hi: int, e_bias: int, e_zero: int,
+        out_v: np.ndarray, out_e: np.ndarray, inf_rows: np.ndarray, wide_rows: np.ndarray, wide_cols: np.ndarray,
     ) -> None:
         """Decode zoo operands held as fp32 bit patterns (fp16 converted exactly, bf16 shifted, tf32 as is).
 
-        Values: fp32, zeros kept, Inf and NaN as +0. Exponents: int16, floored at the format's emin
-        (fp16 -14, else -126), ``_ZERO16`` for zeros and non-finite values. Rows holding an Inf are
-        flagged in ``inf_rows``; rows and columns holding a finite nonzero value whose exponent is
-        outside [_FAST_EMIN, _FAST_EMAX] in ``wide_rows`` and ``wide_cols`` (only ever set to True).
+        Values: fp32, zeros kept, Inf and NaN as +0. Exponents (``out_e``'s integer type), floored
+        at the format's emin (fp16 -14, else -126), clamped to [e_lo, e_hi] and plus ``e_bias``;
+        ``e_zero`` for zeros and non-finite values. Rows holding an Inf are flagged in ``inf_rows``;
+        rows and columns holding a finite nonzero value whose exponent is outside [e_lo, e_hi] in
+        ``wide_rows`` and ``wide_cols`` (only ever set to True): the kernels' results there are
+        recomputed.
         """
         n_rows, n_cols = bits.shape
         emin = -14 if is_fp16 else -126
@@ -128,9 +136,9 @@ if numba is not None:
                 live = field != 0xFF and (x & 0x7FFFFFFF) != 0
                 e = max(field - 127, emin)
                 v_out[j] = x if field != 0xFF else 0
-                out_e[r, j] = np.int16(e) if live else np.int16(_ZERO16)
+                out_e[r, j] = min(max(e, e_lo), e_hi) + e_bias if live else e_zero
                 n_inf += np.int32(field == 0xFF and (x & 0x7FFFFF) == 0)
-                outside = live and (e < _FAST_EMIN or e > _FAST_EMAX)
+                outside = live and (e < e_lo or e > e_hi)
                 n_wide += np.int32(outside)
                 if outside:
                     wide_cols[j] = True
@@ -195,9 +203,13 @@ def _decode_wide(x: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
     return d.value.numpy(), d.exponent.numpy()
 
 
-def _decode_zoo_rows(x: torch.Tensor, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(fp32 values, int16 exponents, rows with an Inf, rows and columns outside the fp32 kernel's
-    exponent range) of a zoo matrix."""
+def decode_zoo_rows(
+    x: torch.Tensor, name: str, exponent: type[np.generic], e_range: tuple[int, int], e_bias: int, e_zero: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(fp32 values, exponents, rows with an Inf, rows and columns with an exponent outside
+    ``e_range``) of a zoo matrix, in scratch buffers named after ``name``; the exponents of type
+    ``exponent``, clamped to ``e_range`` and plus ``e_bias``, ``e_zero`` for zeros and non-finite
+    values."""
     fmt = wide_format_of(x)
     if fmt is WideFormat.FP16:
         bits, shift = x.to(torch.float32).view(torch.int32).numpy(), 0
@@ -208,12 +220,13 @@ def _decode_zoo_rows(x: torch.Tensor, name: str) -> tuple[np.ndarray, np.ndarray
     if fmt is WideFormat.BF16:
         bits = bits.astype(np.int32) & 0xFFFF
     values = buffer(name + ".zoo.values", x.shape, np.float32)
-    exponents = buffer(name + ".zoo.exponents", x.shape, np.int16)
+    exponents = buffer(name + ".zoo.exponents", x.shape, exponent)
     inf_rows = np.zeros(x.shape[0], dtype=np.bool_)
     wide_rows = np.zeros(x.shape[0], dtype=np.bool_)
     wide_cols = np.zeros(x.shape[1], dtype=np.bool_)
     if x.numel():
-        _decode_zoo(bits, shift, fmt is WideFormat.FP16, values, exponents, inf_rows, wide_rows, wide_cols)
+        _decode_zoo(bits, shift, fmt is WideFormat.FP16, e_range[0], e_range[1], e_bias, e_zero,
+                    values, exponents, inf_rows, wide_rows, wide_cols)
     return values, exponents, inf_rows, wide_rows, wide_cols
 
 
@@ -240,13 +253,15 @@ def accumulate_wide(a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: Accu
     exponent outside [-50, 60] (bf16 and tf32 only: very large, tiny or subnormal values) are then
     recomputed by the float64 kernel (:func:`_kernel_wide`); rows with an Inf are the dispatcher's.
     """
+    if _use_vector(preset):
+        return _accumulate_vector(a, b, preset, plan)
     if not _fp32_kernel_expresses(preset):
         return Accumulated(_accumulate_float64(a, b, preset, plan), bool(torch.isinf(a).any() or torch.isinf(b).any()))
     m, n = a.shape[0], b.shape[0]
     out = np.zeros((m, n), dtype=np.float32)
     with launch_guard():
-        va, ea, _, a_wide, _ = _decode_zoo_rows(a.detach().contiguous(), "a")
-        vb_t, eb_t, _, _, b_wide = _decode_zoo_rows(b.detach().t().contiguous(), "b")  # b's rows: columns here
+        va, ea, _, a_wide, _ = decode_zoo_rows(a.detach().contiguous(), "a", np.int16, (_FAST_EMIN, _FAST_EMAX), 0, _ZERO16)
+        vb_t, eb_t, _, _, b_wide = decode_zoo_rows(b.detach().t().contiguous(), "b", np.int16, (_FAST_EMIN, _FAST_EMAX), 0, _ZERO16)  # b's rows: columns here
         if m and n and plan.k:
             _kernel_zoo(va, ea, vb_t, eb_t, flatten(plan, preset.block_size), preset.frac_bits,
                         tiles(m, n, numba.get_num_threads()), out)
@@ -259,6 +274,47 @@ def accumulate_wide(a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: Accu
         if cols.numel():
             result[:, cols] = _accumulate_float64(a, b[cols], preset, plan)
     return Accumulated(result, bool(torch.isinf(a).any() or torch.isinf(b).any()))
+
+
+def _use_vector(preset: Preset) -> bool:
+    """Whether zoo operands go to the vector kernel (:mod:`mmaemu.backends._cpu_zoo_vector`): where the
+    preset fits it; ``MMAEMU_CPU_PORTABLE=1`` selects the loop kernels here instead (the same bits;
+    the tests run both)."""
+    return _cpu_zoo_vector.expresses(preset) and not env_flag("MMAEMU_CPU_PORTABLE")
+
+
+def _accumulate_vector(a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: AccumulationPlan) -> Accumulated:
+    """:func:`accumulate_wide` on the vector kernel, then the rows and columns with an operand outside
+    its exponent range recomputed in float64."""
+    m, n, k = a.shape[0], b.shape[0], plan.k
+    inf = bool(torch.isinf(a).any() or torch.isinf(b).any())
+    if not (m and n and k):
+        return Accumulated(torch.zeros((m, n), dtype=torch.float32), inf)
+    flat = flatten_plan(plan)
+    starts, stops, first = _cpu_fp8.block_bounds(list(flat.chain_starts), preset.block_size)
+    rows = a.detach()
+    if not flat.identity:
+        rows = rows.index_select(1, flat.k_order)  # A's k in plan order, as the panels'
+    z = _cpu_zoo_vector
+    n_panels = z.panels(n)
+    out = np.zeros((m, n), dtype=np.float32)
+    with launch_guard():
+        va, ea, _, a_wide, _ = decode_zoo_rows(rows.contiguous(), "a", np.int8, (z.EMIN, z.EMAX), z.BIAS, z.ZERO)
+        vb, eb, _, b_wide, _ = decode_zoo_rows(b.detach().contiguous(), "b", np.int8, (z.EMIN, z.EMAX), z.BIAS, z.ZERO)
+        bv = aligned_buffer("zoo.cols.values", (n_panels, k, 64), np.float32)
+        be = aligned_buffer("zoo.cols.exponents", (n_panels, k, 64), np.int8)
+        z.panel_layout(vb, eb, flat.k_order.numpy(), bv, be)
+        z.kernel(va, ea, bv, be, starts, stops, first, np.asarray(flat.chain_part, np.int64), len(plan.parts),
+                 np.asarray(flat.order, np.int64), np.asarray(flat.role, np.int64), preset.frac_bits,
+                 panel_rows(m, n_panels, numba.get_num_threads()), out)
+    result = torch.from_numpy(out)
+    wide_rows = torch.from_numpy(np.nonzero(a_wide)[0])
+    wide_cols = torch.from_numpy(np.nonzero(b_wide)[0])
+    if wide_rows.numel():
+        result[wide_rows] = _accumulate_float64(a[wide_rows], b, preset, plan)
+    if wide_cols.numel():
+        result[:, wide_cols] = _accumulate_float64(a, b[wide_cols], preset, plan)
+    return Accumulated(result, inf)
 
 
 def _accumulate_float64(a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: AccumulationPlan) -> torch.Tensor:

@@ -71,6 +71,7 @@ from ._cpu_scratch import (
     buffer,
     flatten,
     launch_guard,
+    panel_rows,
     release_scratch,
     tiles,
 )
@@ -268,15 +269,6 @@ def _use_avx512(preset: Preset) -> bool:
     return _cpu_fp8.expresses(preset) and _cpu_fp8.available() and not env_flag("MMAEMU_CPU_PORTABLE")
 
 
-def _m_tile(m: int, n_panels: int, threads: int) -> int:
-    """Rows per task of the AVX-512 kernel: 256 (B's panels reused from cache by many rows), fewer
-    until every thread has at least four tasks."""
-    m_tile = 256
-    while m_tile > 2 and math.ceil(m / m_tile) * n_panels < 4 * threads:
-        m_tile //= 2
-    return min(m_tile, max(m, 1))
-
-
 def _tables(fmt: Fp8Format) -> np.ndarray:
     return _cpu_fp8.code_tables(fmt.mantissa_bits, fmt.bias, fmt.value.has_inf)
 
@@ -311,7 +303,7 @@ def _accumulate_avx512(a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: A
         eb = aligned_buffer("fp8.cols.exponents", (n_panels, k, 3, _cpu_fp8.PANEL), np.int8)
         inf_c = np.zeros(n_panels * math.ceil(k / _cpu_fp8.PANEL), dtype=np.bool_)
         _cpu_fp8.decode_b_panels(codes_c, kseq, _tables(f_cols), bv, eb, inf_c)
-        m_tile = _m_tile(r, n_panels, numba.get_num_threads())
+        m_tile = panel_rows(r, n_panels, numba.get_num_threads())
         _cpu_fp8.kernel(codes_r.numpy(), _tables(f_rows), bv, eb, starts, stops, first,
                        np.asarray(flat.chain_part, np.int64), len(plan.parts), np.asarray(flat.order, np.int64),
                        np.asarray(flat.role, np.int64), preset.frac_bits, m_tile, out, lanes_over_a)

@@ -31,9 +31,16 @@ def _operands(dtype: torch.dtype, m: int = 9, n: int = 7, k: int = 45) -> tuple[
     return a.to(dtype), b.to(dtype)
 
 
+#: The cpu backend's two zoo paths: the vector kernel (the default) and the loop kernels
+#: (``MMAEMU_CPU_PORTABLE=1``).
+BACKENDS = [("reference", "0"), ("cpu", "0"), ("cpu", "1")]
+
+
 @pytest.mark.parametrize("preset,dtype", CASES)
-@pytest.mark.parametrize("backend", ["reference", "cpu"])
-def test_accumulate_is_the_chain_of_model_dot(preset: str, dtype: torch.dtype, backend: str) -> None:
+@pytest.mark.parametrize("backend,portable", BACKENDS)
+def test_accumulate_is_the_chain_of_model_dot(preset: str, dtype: torch.dtype, backend: str, portable: str,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MMAEMU_CPU_PORTABLE", portable)
     a, b = _operands(dtype)
     a[2, 3] = float("nan")
     b[4, 0] = float("-inf")
@@ -113,8 +120,11 @@ def test_fp8_accumulate_takes_a_preset_too() -> None:
         mmaemu.accumulate(a, a, use_fast_accum=True, preset="ampere")
 
 
-def test_cpu_backend_recomputes_rows_beyond_its_fp32_range() -> None:
-    """bf16 rows with tiny, subnormal or huge values take the float64 kernel; the bits stay the reference's."""
+@pytest.mark.parametrize("portable", ["0", "1"])
+def test_cpu_backend_recomputes_rows_beyond_its_fp32_range(portable: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """bf16 rows with tiny, subnormal or huge values take the float64 kernel (after the vector kernel, or
+    the fp32 loop kernel with ``MMAEMU_CPU_PORTABLE=1``); the bits stay the reference's."""
+    monkeypatch.setenv("MMAEMU_CPU_PORTABLE", portable)
     a, b = _operands(torch.bfloat16, m=12, n=10, k=40)
     a[1] = a[1] * 2.0**-120  # subnormal and tiny
     a[2, 5] = 2.0**100

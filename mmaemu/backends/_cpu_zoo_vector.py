@@ -1,0 +1,238 @@
+"""The cpu backend's vector zoo kernel (fp16, bf16 and tf32 operands, fp32 accumulators).
+
+The same bits as :func:`mmaemu.model.block_fma` for the zoo presets, by the arithmetic of the
+portable fp32 zoo kernel (:func:`mmaemu.backends._cpu_zoo._kernel_zoo`), written in explicit
+vectors (:mod:`mmaemu.backends._cpu_simd`, plain LLVM vector instructions: AVX-512 or AVX2) and
+held in registers over a block: per product one fp32 multiplication (exact: at most 22
+significant bits), one multiplication by the block's ``2**(F - E)`` (exact: a power of two, no
+underflow in range), one conversion truncating toward zero to int32 and one integer addition. At
+the block's end c's term (``c * 2**(F - E)`` truncated the same way) joins the terms' sum in
+float64 (exact: below 2**33), whose 24 leading bits (a mask: the truncation to fp32) are scaled
+by ``2**(E - F)`` (exact; a sum of 2**128 or more overflows to +-Inf as in the model).
+
+[Note: the range] Operands whose exponent lies in [EMIN, EMAX] (every fp16 value: its exponents
+are -14 to 15 after the alignment's floor; bf16 and tf32 from 2**-50 to below 2**31) keep every
+step exact: products lie in [2**-100, 2**62), so E >= -100, ``2**(F - E)`` and ``2**(E - F)`` are
+normal fp32 numbers (F <= 26) and a nonzero result is at least ``2**(E - F) >= 2**-126`` (never
+subnormal, so no second truncation onto fp32's subnormal grid). The block maxima are int8 lanes:
+exponents plus BIAS (in [-41, 39]), zeros and non-finite values ZERO, added with saturation, so a
+sum with a zero operand (at most -89) never reaches a real sum (at least -82). A lane whose E is
+below -100 (no nonzero product, and c too small for the scales: c is the result) or whose c is
+infinite keeps ``c + 0``. Rows of A and B with an operand outside the range are recomputed by the
+float64 kernel (:func:`mmaemu.backends._cpu_zoo.accumulate_wide`).
+
+Layout: as the AVX-512 FP8 kernel's (:mod:`mmaemu.backends._cpu_fp8`): B in panels of 64 columns,
+``[panel, k, 64]`` fp32 values and ``[panel, k, 64]`` int8 exponents, k in the plan's order; one
+task per (M tile, panel); per block and pair of rows the maxima, then 8 int32 accumulators and 8
+scale vectors over the block's k.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..presets import CMode, Preset, Rounding
+from . import _cpu_simd
+
+__all__ = ["BIAS", "EMAX", "EMIN", "ZERO", "expresses", "kernel", "panel_layout", "panels"]
+
+#: The operand exponents the kernel takes (others: their rows are recomputed in float64).
+EMIN, EMAX = -50, 30
+#: Added to each operand's exponent in the int8 lanes (real values in [-41, 39]).
+BIAS = 9
+#: int8 exponent of zero and non-finite operands (sums with it saturate at or below -89).
+ZERO = -128
+#: int8 product maximum plus this is E + 127 (the two biases removed).
+_TO_BIASED = 127 - 2 * BIAS
+#: E + 127 below this (E < -100): the lane keeps c.
+_LO = 27
+
+def expresses(preset: Preset) -> bool:
+    """Whether the kernel computes ``preset`` for zoo operands: c aligned, terms truncated, 23 <= F <= 26
+    (``2**(F - E)`` and ``2**(E - F)`` normal fp32 for E >= -100; a normalisation to fp32's 24 bits),
+    and the B terms, below ``2**(F + 2)`` each, together below 2**31 (int32 lanes)."""
+    return (preset.c_mode is CMode.ALIGNED and preset.rounding is Rounding.TRUNCATE
+            and 23 <= preset.frac_bits <= 26 and preset.block_size * 2 ** (preset.frac_bits + 2) <= 2**31)
+
+
+def panels(n: int) -> int:
+    """Panels of 64 columns covering ``n`` columns."""
+    return (n + 63) // 64
+
+
+try:  # pragma: no cover - exercised where numba is installed (a dependency)
+    from numba import njit, prange
+
+    from . import _numba_cache
+
+    _numba_cache.install()  # before the decorators below: compiled code in the per-user cache
+    _HAVE_NUMBA = True
+except Exception:  # noqa: BLE001
+    _HAVE_NUMBA = False
+
+
+if _HAVE_NUMBA:  # pragma: no cover - compiled
+    from ._cpu_steps import combine_parts
+
+    v: Any = _cpu_simd
+    _PANEL = 64
+
+    @njit(parallel=True, cache=True)
+    def panel_layout(values: np.ndarray, exponents: np.ndarray, kseq: np.ndarray, out_v: np.ndarray,
+                     out_e: np.ndarray) -> None:
+        """B's decoded rows ``[N, K]`` into panels ``out_v [panel, i, 64]`` (fp32) and ``out_e [panel, i, 64]``
+        (int8), k = ``kseq[i]``; columns past N are zeros with exponent ``ZERO``. One task per 64 x 64 tile."""
+        n_rows, k_cols = values.shape
+        n_panels = out_e.shape[0]
+        k_tiles = (k_cols + _PANEL - 1) // _PANEL
+        for t in prange(n_panels * k_tiles):
+            p = t // k_tiles
+            i0 = (t % k_tiles) * _PANEL
+            depth = min(_PANEL, k_cols - i0)
+            width = min(_PANEL, n_rows - p * _PANEL)
+            for i in range(depth):
+                out_v[p, i0 + i, :] = 0.0
+                out_e[p, i0 + i, :] = ZERO
+            for j in range(width):
+                row = p * _PANEL + j
+                for i in range(depth):
+                    k = kseq[i0 + i]
+                    out_v[p, i0 + i, j] = values[row, k]
+                    out_e[p, i0 + i, j] = exponents[row, k]
+
+    @njit(inline="always")
+    def _aligned_zeros(n: int) -> np.ndarray:
+        buf = np.zeros(n + 16, dtype=np.float32)
+        shift = ((-v.address(buf)) % 64) // 4
+        return buf[shift:shift + n]
+
+    @njit(inline="always")
+    def _row_maxima(eb: np.ndarray, ea: np.ndarray, a0: int, a1: int, e_base: int, b0: int, b1: int,
+                    start: Any) -> tuple[Any, Any]:
+        """The block maxima of ``e(a) + e(b)`` (biased, saturating) of two rows over one panel."""
+        e0 = start
+        e1 = start
+        f0 = start
+        f1 = start
+        k = b0
+        while k + 2 <= b1:
+            r = v.load8(eb, e_base + k * _PANEL)
+            s = v.load8(eb, e_base + (k + 1) * _PANEL)
+            e0 = v.add_max8s(e0, ea, a0 + k, r)
+            e1 = v.add_max8s(e1, ea, a1 + k, r)
+            f0 = v.add_max8s(f0, ea, a0 + k + 1, s)
+            f1 = v.add_max8s(f1, ea, a1 + k + 1, s)
+            k += 2
+        if k < b1:
+            r = v.load8(eb, e_base + k * _PANEL)
+            e0 = v.add_max8s(e0, ea, a0 + k, r)
+            e1 = v.add_max8s(e1, ea, a1 + k, r)
+        return v.max8(e0, f0), v.max8(e1, f1)
+
+    @njit(inline="always")
+    def _scales(c: np.ndarray, o: int, em: Any, frac: int) -> tuple[Any, Any, Any, Any]:
+        """One row's four scale vectors ``2**(F - E)`` (E from the block maxima ``em`` and c)."""
+        s0 = v.zoo_scale(v.zoo_exponent0(em, v.load(c, o), _TO_BIASED), frac)
+        s1 = v.zoo_scale(v.zoo_exponent1(em, v.load(c, o + 16), _TO_BIASED), frac)
+        s2 = v.zoo_scale(v.zoo_exponent2(em, v.load(c, o + 32), _TO_BIASED), frac)
+        s3 = v.zoo_scale(v.zoo_exponent3(em, v.load(c, o + 48), _TO_BIASED), frac)
+        return s0, s1, s2, s3
+
+    @njit(inline="always")
+    def _result(c_v: Any, x: Any, eb: Any, frac: int) -> Any:
+        """One vector of a block's results from its terms' sum ``x`` and c (``eb``: E + 127 of its lanes)."""
+        return v.zoo_result(x, v.zoo_cterm(c_v, v.zoo_scale(eb, frac)), eb, c_v, frac, _LO)
+
+    @njit(inline="always")
+    def _end_rows(c: np.ndarray, o0: int, o1: int, e0: Any, e1: Any, frac: int,
+                  x00: Any, x01: Any, x02: Any, x03: Any, x10: Any, x11: Any, x12: Any, x13: Any) -> None:
+        """c of both rows = the block's results (both rows' c read before either is written: with an
+        odd row count the last row is both)."""
+        c00 = v.load(c, o0)
+        c01 = v.load(c, o0 + 16)
+        c02 = v.load(c, o0 + 32)
+        c03 = v.load(c, o0 + 48)
+        c10 = v.load(c, o1)
+        c11 = v.load(c, o1 + 16)
+        c12 = v.load(c, o1 + 32)
+        c13 = v.load(c, o1 + 48)
+        r00 = _result(c00, x00, v.zoo_exponent0(e0, c00, _TO_BIASED), frac)
+        r01 = _result(c01, x01, v.zoo_exponent1(e0, c01, _TO_BIASED), frac)
+        r02 = _result(c02, x02, v.zoo_exponent2(e0, c02, _TO_BIASED), frac)
+        r03 = _result(c03, x03, v.zoo_exponent3(e0, c03, _TO_BIASED), frac)
+        r10 = _result(c10, x10, v.zoo_exponent0(e1, c10, _TO_BIASED), frac)
+        r11 = _result(c11, x11, v.zoo_exponent1(e1, c11, _TO_BIASED), frac)
+        r12 = _result(c12, x12, v.zoo_exponent2(e1, c12, _TO_BIASED), frac)
+        r13 = _result(c13, x13, v.zoo_exponent3(e1, c13, _TO_BIASED), frac)
+        v.store(c, o1, r10)
+        v.store(c, o1 + 16, r11)
+        v.store(c, o1 + 32, r12)
+        v.store(c, o1 + 48, r13)
+        v.store(c, o0, r00)
+        v.store(c, o0 + 16, r01)
+        v.store(c, o0 + 32, r02)
+        v.store(c, o0 + 48, r03)
+
+    @njit(parallel=True, cache=True)
+    def kernel(va: np.ndarray, ea: np.ndarray, bv: np.ndarray, eb: np.ndarray, blk_start: np.ndarray,
+               blk_stop: np.ndarray, chain_blk: np.ndarray, chain_part: np.ndarray, n_parts: int, order: np.ndarray,
+               role: np.ndarray, frac: int, m_tile: int, out: np.ndarray) -> None:
+        """fp32 accumulators ``out [M, N]`` from A's decoded rows ``va, ea [M, K]`` (k in plan order) and
+        B's panels (:func:`panel_layout`); blocks, chains and parts as the FP8 kernel takes them
+        (:func:`mmaemu.backends._cpu_fp8.block_bounds`). Chain results are added in fp32 from +0 per
+        part, and the parts combined in the scheme's order."""
+        m_rows, k_row = va.shape
+        n_cols = out.shape[1]
+        n_panels, k_all = eb.shape[0], eb.shape[1]
+        m_tiles = (m_rows + m_tile - 1) // m_tile
+        va_f = va.reshape(-1)
+        ea_f = ea.reshape(-1)
+        bv_f = bv.reshape(-1)
+        eb_f = eb.reshape(-1)
+        for t in prange(m_tiles * n_panels):
+            m0 = (t // n_panels) * m_tile
+            mm = min(m_tile, m_rows - m0)
+            panel = t % n_panels
+            partial = np.zeros((n_parts, mm, _PANEL), dtype=np.float32)
+            c = _aligned_zeros(mm * _PANEL)
+            start = v.splat8(ZERO)
+            e_base = panel * k_all * _PANEL
+            for ch in range(chain_part.shape[0]):
+                c[:] = 0.0
+                for bi in range(chain_blk[ch], chain_blk[ch + 1]):
+                    b0 = blk_start[bi]
+                    b1 = blk_stop[bi]
+                    for i in range(0, mm, 2):
+                        i1 = min(i + 1, mm - 1)  # an odd last row is computed twice (same bits)
+                        a0 = (m0 + i) * k_row
+                        a1 = (m0 + i1) * k_row
+                        e0, e1 = _row_maxima(eb_f, ea_f, a0, a1, e_base, b0, b1, start)
+                        o0 = i * _PANEL
+                        o1 = i1 * _PANEL
+                        s00, s01, s02, s03 = _scales(c, o0, e0, frac)
+                        s10, s11, s12, s13 = _scales(c, o1, e1, frac)
+                        x00 = x01 = x02 = x03 = x10 = x11 = x12 = x13 = v.zeros32()
+                        for k in range(b0, b1):
+                            kb = e_base + k * _PANEL
+                            y0 = v.load(bv_f, kb)
+                            y1 = v.load(bv_f, kb + 16)
+                            y2 = v.load(bv_f, kb + 32)
+                            y3 = v.load(bv_f, kb + 48)
+                            p = v.broadcast(va_f, a0 + k)
+                            x00 = v.zoo_term(x00, p, y0, s00)
+                            x01 = v.zoo_term(x01, p, y1, s01)
+                            x02 = v.zoo_term(x02, p, y2, s02)
+                            x03 = v.zoo_term(x03, p, y3, s03)
+                            q = v.broadcast(va_f, a1 + k)
+                            x10 = v.zoo_term(x10, q, y0, s10)
+                            x11 = v.zoo_term(x11, q, y1, s11)
+                            x12 = v.zoo_term(x12, q, y2, s12)
+                            x13 = v.zoo_term(x13, q, y3, s13)
+                        _end_rows(c, o0, o1, e0, e1, frac, x00, x01, x02, x03, x10, x11, x12, x13)
+                p_ = chain_part[ch]
+                for i in range(mm):
+                    for j in range(_PANEL):
+                        partial[p_, i, j] = partial[p_, i, j] + c[i * _PANEL + j]  # fp32, K order from +0
+            combine_parts(partial, order, role, out, m0, panel * _PANEL, mm, min(_PANEL, n_cols - panel * _PANEL))

@@ -1,0 +1,137 @@
+"""The cpu backend's vector zoo kernel (``mmaemu.backends._cpu_zoo_vector``) at the edges of its formulation.
+
+The kernel keeps each block's terms in int32 lanes, adds c's term in float64 at the block's end,
+truncates to fp32 by a mask, and leaves c alone in lanes whose E is below its range. These tests
+aim at what that could get wrong: sums just below 2**31 (B = 16, F = 25, the largest products and
+c of the same exponent), c far below the products' range after a cancellation (the lanes that keep
+c), operand exponents at the edges of [EMIN, EMAX] and just outside (rows recomputed in float64),
+split plans with their permuted k (the backend protocol takes any plan), odd row counts and N not a
+multiple of the 64-column panel. Expected bits come from the reference backend; the loop kernels
+(``MMAEMU_CPU_PORTABLE=1``) are checked against the same bits.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+import torch
+
+import mmaemu
+from mmaemu.accumulation import plan_accumulation
+from mmaemu.presets import Architecture
+from mmaemu.quantization import round_to_tf32
+from mmaemu.split import Scheme, SplitK
+from mmaemu.testing import assert_bitwise_equal
+
+cpu = pytest.importorskip("mmaemu.backends.cpu")
+if not cpu.available()[0]:  # pragma: no cover
+    pytest.skip("numba is not installed", allow_module_level=True)
+from mmaemu.backends import _cpu_zoo, _cpu_zoo_vector, reference  # noqa: E402
+
+
+@contextmanager
+def _portable(on: bool) -> Iterator[None]:
+    old = os.environ.get("MMAEMU_CPU_PORTABLE")
+    os.environ["MMAEMU_CPU_PORTABLE"] = "1" if on else "0"
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["MMAEMU_CPU_PORTABLE"]
+        else:
+            os.environ["MMAEMU_CPU_PORTABLE"] = old
+
+
+def _check(a: torch.Tensor, b: torch.Tensor, preset: str) -> None:
+    """cpu (vector kernel), cpu (loop kernels) and the reference backend give the same bits."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", mmaemu.ExperimentalPresetWarning)
+        want = mmaemu.accumulate(a, b, use_fast_accum=True, preset=preset, backend="reference")
+        for portable in (False, True):
+            with _portable(portable):
+                got = mmaemu.accumulate(a, b, use_fast_accum=True, preset=preset, backend="cpu")
+            assert_bitwise_equal(got, want)
+
+
+def test_the_zoo_presets_run_on_the_vector_kernel() -> None:
+    for (arch, fmt), preset in mmaemu.presets.ZOO.items():
+        assert _cpu_zoo_vector.expresses(preset), (arch, fmt)
+    with _portable(False):
+        assert _cpu_zoo._use_vector(mmaemu.presets.ZOO[(Architecture.HOPPER, mmaemu.formats.WideFormat.FP16)])
+    with _portable(True):
+        assert not _cpu_zoo._use_vector(mmaemu.presets.ZOO[(Architecture.HOPPER, mmaemu.formats.WideFormat.FP16)])
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+@pytest.mark.parametrize("preset", ["hopper", "b200", "ampere"])
+def test_sums_just_below_two_to_the_31(dtype: torch.dtype, sign: float, preset: str) -> None:
+    """Every product of the second block the largest of its exponent (0), one sign, and c of that exponent
+    (the first block's one product, just below 2): with B = 16 and F = 25 the terms reach 2**31 - 2**22
+    and c's term almost 2**26 more (added in float64, never in int32)."""
+    top = 2.0 - (2.0**-10 if dtype == torch.float16 else 2.0**-7)
+    k = 16 * 2 + 5  # a short last block too
+    a = torch.full((5, k), top)
+    b = torch.full((70, k), sign * top)
+    a[:, 1:16] = 0.0
+    b[:, 0] = sign * 1.0  # c = top after the first block
+    a[1, 16::3] = -a[1, 16::3]  # a row of mixed signs beside the extremes
+    b[7] = b[7] * 0.5
+    _check(a.to(dtype), b.to(dtype), preset)
+
+
+def test_c_far_below_the_products_range_keeps_its_bits() -> None:
+    """A cancellation leaves c = 2**-107 (below the kernel's E >= -100); blocks without a nonzero
+    product keep c, and a later block of products at 2**-100 truncates it onto their grid."""
+    k = 16 * 4
+    a = torch.zeros(3, k)
+    b = torch.zeros(66, k)
+    a[:, 0] = 2.0**-50 * (1 + 2.0**-7)
+    a[:, 1] = -(2.0**-50)
+    b[:, 0] = 2.0**-50
+    b[:, 1] = 2.0**-50
+    a[:, 48] = 2.0**-50
+    b[:, 48] = 2.0**-50 * torch.linspace(1, 1.9, 66)
+    a[2, 49] = -(2.0**-44)
+    b[:, 49] = 2.0**-50 * 1.5  # every operand in the kernel's range: no row is recomputed in float64
+    _check(a.to(torch.bfloat16), b.to(torch.bfloat16), "hopper")
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "tf32"])
+def test_exponents_at_the_edges_of_the_range_and_outside(fmt: str) -> None:
+    """Operands at 2**EMIN and just below 2**(EMAX + 1) run on the vector kernel; one operand at
+    2**(EMIN - 1) or 2**(EMAX + 1) sends its row (of A or of B) to the float64 kernel."""
+    gen = torch.Generator().manual_seed(5)
+    lo, hi = _cpu_zoo_vector.EMIN, _cpu_zoo_vector.EMAX
+    a = torch.randn(9, 40, generator=gen)
+    b = torch.randn(67, 40, generator=gen)
+    a[0] = torch.where(torch.arange(40) % 2 == 0, 2.0**lo, 1.75 * 2.0**hi)
+    b[0] = torch.where(torch.arange(40) % 3 == 0, -(2.0**lo), 1.5 * 2.0**hi)
+    a[1, 3] = 2.0 ** (lo - 1)
+    a[2, 4] = 2.0 ** (hi + 1)
+    b[5, 6] = 2.0 ** (lo - 1)
+    b[6, 7] = -(2.0 ** (hi + 1))
+    if fmt == "tf32":
+        _check(round_to_tf32(a), round_to_tf32(b), "ampere")
+    else:
+        _check(a.to(torch.bfloat16), b.to(torch.bfloat16), "ada")
+
+
+@pytest.mark.parametrize("split", [SplitK(3, Scheme.SERIAL), SplitK(4, Scheme.PAIRWISE)])
+@pytest.mark.parametrize("fast", [True, False])
+def test_split_plans_through_the_backend_protocol(split: SplitK, fast: bool) -> None:
+    """accumulate gives the zoo one chain; the backend takes any plan (chains, parts, k permuted)."""
+    gen = torch.Generator().manual_seed(7)
+    k = 300
+    a = (torch.randn(7, k, generator=gen) * 3).to(torch.float16)
+    b = (torch.randn(65, k, generator=gen) * 3).to(torch.float16)
+    plan = plan_accumulation(k, fast=fast, split=split)
+    preset = mmaemu.presets.ZOO[(Architecture.AMPERE, mmaemu.formats.WideFormat.FP16)]
+    want = reference.accumulate(a, b, preset, plan)
+    with _portable(False):
+        got = _cpu_zoo.accumulate_wide(a, b, preset, plan).values
+    assert_bitwise_equal(got, want)
