@@ -267,13 +267,20 @@ def accumulate_wide(a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: Accu
                         tiles(m, n, numba.get_num_threads()), out)
     result = torch.from_numpy(out)
     if m and n and plan.k:
-        rows = torch.from_numpy(np.nonzero(a_wide)[0])
-        cols = torch.from_numpy(np.nonzero(b_wide)[0])
-        if rows.numel():
-            result[rows] = _accumulate_float64(a[rows], b, preset, plan)
-        if cols.numel():
-            result[:, cols] = _accumulate_float64(a, b[cols], preset, plan)
+        _recompute_wide(result, a, b, a_wide, b_wide, preset, plan)
     return Accumulated(result, bool(torch.isinf(a).any() or torch.isinf(b).any()))
+
+
+def _recompute_wide(result: torch.Tensor, a: torch.Tensor, b: torch.Tensor, a_wide: np.ndarray, b_wide: np.ndarray,
+                    preset: Preset, plan: AccumulationPlan) -> None:
+    """``result``'s rows (``a_wide``) and columns (``b_wide``) recomputed by the float64 kernel, in place:
+    those whose operands a fast kernel's exponent range does not take."""
+    rows = torch.from_numpy(np.nonzero(a_wide)[0])
+    cols = torch.from_numpy(np.nonzero(b_wide)[0])
+    if rows.numel():
+        result[rows] = _accumulate_float64(a[rows], b, preset, plan)
+    if cols.numel():
+        result[:, cols] = _accumulate_float64(a, b[cols], preset, plan)
 
 
 def _use_vector(preset: Preset) -> bool:
@@ -308,12 +315,7 @@ def _accumulate_vector(a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: A
                  np.asarray(flat.order, np.int64), np.asarray(flat.role, np.int64), preset.frac_bits,
                  panel_rows(m, n_panels, numba.get_num_threads()), out)
     result = torch.from_numpy(out)
-    wide_rows = torch.from_numpy(np.nonzero(a_wide)[0])
-    wide_cols = torch.from_numpy(np.nonzero(b_wide)[0])
-    if wide_rows.numel():
-        result[wide_rows] = _accumulate_float64(a[wide_rows], b, preset, plan)
-    if wide_cols.numel():
-        result[:, wide_cols] = _accumulate_float64(a, b[wide_cols], preset, plan)
+    _recompute_wide(result, a, b, a_wide, b_wide, preset, plan)
     return Accumulated(result, inf)
 
 
