@@ -12,8 +12,10 @@ not of the MXCSR register, so no other arithmetic is affected. The int8 lanes ca
 maxima and the count of negative products below the grid (saturating subtraction, comparison).
 
 Loads and stores take a one-dimensional array and an element offset (no bounds or wraparound
-checks: the callers' offsets are in range by construction). They compile only on a CPU with
-AVX-512F (:func:`available`); elsewhere nothing here is compiled.
+checks: the callers' offsets are in range by construction). The FP8 kernel's intrinsics with an
+embedded rounding need AVX-512F (:func:`available`: that kernel runs only there); the rest are plain
+LLVM vector instructions, which the zoo's vector kernel uses on any x86-64 CPU (see [Note:
+portable vectors] below).
 
 [Note: why intrinsics] Measured on the 2-core development machine (Xeon, AVX-512, 2026-12-02):
 a loop of 16 independent ``vfmadd231ps {rz-sae}`` runs at the same rate as plain fused
