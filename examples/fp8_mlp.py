@@ -135,22 +135,26 @@ def run(profile: str = "hopper", tokens: int = 32, seed: int = 0) -> Report:
     return Report(profile, layers, compare("whole MLP", native_out, emulated_out), log, time.perf_counter() - start)
 
 
+def render(report: Report, tokens: int) -> str:
+    """What the script prints for ``report`` (a run of ``tokens`` rows)."""
+    lines = [f"FP8 gated MLP, {tokens} tokens, hidden {HIDDEN}, inner {INNER}: native torch._scaled_mm "
+             f"({torch.__version__}, CPU) against mmaemu profile {report.profile!r}",
+             "Each layer on the same input (the FP8 GEMM alone):",
+             *(comparison.line() for comparison in report.layers),
+             "The whole MLP (differences propagate through GELU and the product):",
+             report.model.line(),
+             str(report.log),
+             f"({report.seconds:.1f} s)"]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--profile", default="hopper", help="reference platform (default: hopper)")
     parser.add_argument("--tokens", type=int, default=32, help="rows M of each GEMM (even; default 32)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    report = run(args.profile, args.tokens, args.seed)
-    print(f"FP8 gated MLP, {args.tokens} tokens, hidden {HIDDEN}, inner {INNER}: native torch._scaled_mm "
-          f"({torch.__version__}, CPU) against mmaemu profile {report.profile!r}")
-    print("Each layer on the same input (the FP8 GEMM alone):")
-    for comparison in report.layers:
-        print(comparison.line())
-    print("The whole MLP (differences propagate through GELU and the product):")
-    print(report.model.line())
-    print(report.log)
-    print(f"({report.seconds:.1f} s)")
+    print(render(run(args.profile, args.tokens, args.seed), args.tokens))
     return 0
 
 

@@ -37,14 +37,21 @@ def evo2() -> ModuleType:
     return _load("evo2_offload")
 
 
-def test_fp8_mlp_example_runs(mlp: ModuleType, capsys: pytest.CaptureFixture[str]) -> None:
-    assert mlp.main(["--tokens", "32"]) == 0
-    text = capsys.readouterr().out
-    assert "6 calls emulated, 0 run natively" in text and "whole MLP" in text
+def test_fp8_mlp_example_runs(mlp: ModuleType, capsys: pytest.CaptureFixture[str],
+                              monkeypatch: pytest.MonkeyPatch) -> None:
+    # One run of the MLP: torch's native CPU _scaled_mm, the comparator, takes seconds per call on some
+    # CPUs (1.4 to 2.6 s at 16 x 1024 x 4096 on the 2-core Xeon), so the script's own entry point is
+    # checked on the report that run gave (its arguments reach run, its output is render's).
     report = mlp.run("hopper", tokens=16)
     assert report.log.served == {(16, 4096, 1024): 4, (16, 1024, 4096): 2}
     assert all(0 < c.differing < c.total for c in report.layers)  # native CPU and H100 bits differ, a little
     assert report.seconds < 60
+    monkeypatch.setattr(mlp, "run", lambda profile, tokens, seed: report if (profile, tokens, seed) == ("ada", 16, 3)
+                        else pytest.fail(f"main passed {(profile, tokens, seed)}"))
+    assert mlp.main(["--profile", "ada", "--tokens", "16", "--seed", "3"]) == 0
+    text = capsys.readouterr().out
+    assert text == mlp.render(report, 16) + "\n"
+    assert "FP8 gated MLP, 16 tokens" in text and "6 calls emulated, 0 run natively" in text and "whole MLP" in text
 
 
 # ---- Evo 2 ---------------------------------------------------------------------------------
