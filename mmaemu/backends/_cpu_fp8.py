@@ -16,14 +16,22 @@ significant bits is a mask of its significand.
 lowest set bit, ``low(a) + low(b)`` (the product of the two odd significands is odd), is at least
 ``E - F``. Both exponents are int8 lanes: per panel column and k, ``low(b)`` where ``b < 0`` and
 ``low(b)`` where ``b > 0`` (``NEVER`` elsewhere), of which A's sign picks the half that makes the
-product negative (an address offset, never a lane mask); per row and k, ``low(a)``. The count is one
-saturating subtraction (``(E - F) - low(a)``), one comparison with 64 lanes of ``low(b)`` and one
-masked increment per row, k and 64 columns: about one vector operation per 21 products, beside the
-one FMA per 16.
+product negative (an address offset, never a lane mask); per row and k, ``low(a)``, read as its
+64-lane vector in :func:`mmaemu.backends._cpu_simd.broadcast_table`. The count is one saturating
+subtraction (``(E - F) - low(a)``, the vector a memory operand), one comparison with 64 lanes of
+``low(b)`` (a memory operand; the result a mask register) and one masked increment per row, k and
+64 columns: about one vector operation per 21 products, beside the one FMA per 16. (Written as
+``count - sext(mask)``, LLVM moved the mask into a vector first, one instruction more; the
+increment is a ``select`` whose 1s LLVM cannot see are constant, which lowers to ``vpaddb {k}``.)
+The block maxima take two per row and k (an addition with ``e(a)``'s vector from the same table, a
+maximum). On the Xeon, where 512-bit integer instructions share ports 0 and 5 with the FMAs,
+these integer instructions set the kernel's speed: without the count it took 0.72x the time,
+without the maxima 0.81x, without both (FMAs, set-up and end) 0.47x (docs/performance.md).
 
-The row side is read as FP8 codes (``[R, K]``, k in the plan's order), each decoded by two loads
-from a 256-entry table as the kernel reads it (the fp32 value, broadcast; a word holding its
-exponent, ``low(a)`` and its sign's offset), so the row side costs no decoding pass.
+The row side is read as FP8 codes (``[R, K]``, k in the plan's order), each decoded by loads from
+a 256-entry table as the kernel reads it (the fp32 value, broadcast; a word holding the offsets of
+``low(a)``'s vector and of its sign's half of the panel; the offset of ``e(a)``'s vector), so the
+row side costs no decoding pass.
 
 Capacity: the block's terms are below ``2**(F + 2)`` units each (floored: at least ``-2**(F + 2)``)
 and c's below ``2**(F + 1)``, so ``X - C`` stays within ``B 2**(F + 2) + 2**(F + 1)``, which must
@@ -47,13 +55,13 @@ class of machine); the run, its command and what changed are in docs/performance
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 
 from ..presets import CMode, Preset, Rounding
 from . import _cpu_simd
+from ._cpu_simd import PANEL, panels
 
 __all__ = [
     "PANEL",
@@ -67,8 +75,6 @@ __all__ = [
     "panels",
 ]
 
-#: Columns of a B panel (four vectors of 16 fp32 lanes; three int8 vectors: exponents, lowest bits by sign).
-PANEL = 64
 #: The largest block: the count of a block's negative terms below the grid is an int8 lane.
 MAX_BLOCK = 127
 #: int8 exponent of zero and non-finite operands (as in :mod:`mmaemu.backends.cpu`).
@@ -114,21 +120,17 @@ _TABLES: dict[tuple[int, int, bool], np.ndarray] = {}
 
 
 def code_tables(man_bits: int, bias: int, has_inf: bool) -> np.ndarray:
-    """int32 ``[6, 256]`` per FP8 code, from :func:`decode_code` (built once per format): the fp32 bits of
+    """int32 ``[7, 256]`` per FP8 code, from :func:`decode_code` (built once per format): the fp32 bits of
     the value (+0 for zeros and non-finite codes), the exponent (``ZERO8`` there), the lowest set
     bit's exponent where the code is negative (else ``NEVER``), the same where it is positive, whether
-    it is an Inf, and the row side's packed word (:func:`row_word`)."""
+    it is an Inf, the row side's packed word (:func:`row_word`) and the offset of the exponent's
+    vector in :func:`mmaemu.backends._cpu_simd.broadcast_table`."""
     key = (man_bits, bias, has_inf)
     if key not in _TABLES:
-        out = np.zeros((6, 256), dtype=np.int32)
+        out = np.zeros((7, 256), dtype=np.int32)
         _fill_tables(man_bits, bias, has_inf, out)
         _TABLES[key] = out
     return _TABLES[key]
-
-
-def panels(n: int) -> int:
-    """Panels covering ``n`` columns."""
-    return math.ceil(n / PANEL)
 
 
 try:  # pragma: no cover - exercised where numba is installed (a dependency)
@@ -178,15 +180,16 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled
         return e
 
     @njit(inline="always")
-    def row_word(exponent: Any, low: Any, negative: Any) -> Any:
-        """The row side's int32 per element: byte 0 the exponent, byte 1 the lowest bit's exponent, and
-        from bit 16 the offset of the panel's lowest-bit lanes that give a negative product with it
-        (``PANEL`` for a >= 0: b < 0; ``2 * PANEL`` for a < 0: b > 0)."""
-        return np.int32((exponent & 0xFF) | ((low & 0xFF) << 8) | ((PANEL + PANEL * np.int32(negative)) << 16))
+    def row_word(low: Any, negative: Any) -> Any:
+        """The row side's int32 per element: bits 0-15 the offset of the lowest bit's exponent's vector
+        in :func:`mmaemu.backends._cpu_simd.broadcast_table`, and from bit 16 the offset of the panel's lowest-bit lanes that give
+        a negative product with it (``PANEL`` for a >= 0: b < 0; ``2 * PANEL`` for a < 0: b > 0)."""
+        return np.int32(((low & 0xFF) * PANEL) | ((PANEL + PANEL * np.int32(negative)) << 16))
 
     @njit(cache=True)
     def _fill_tables(man_bits: int, bias: int, has_inf: bool, out: np.ndarray) -> None:
-        """Per code: value bits, exponent, lowest bit where negative, where positive, is Inf, row word."""
+        """Per code: value bits, exponent, lowest bit where negative, where positive, is Inf, row word,
+        the exponent's broadcast vector."""
         nonfinite_from = 0x7C if has_inf else 0x7F
         for code in range(256):
             bits, exponent, live = decode_code(np.int32(code), man_bits, bias, nonfinite_from)
@@ -197,7 +200,8 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled
             out[2, code] = low if negative else NEVER
             out[3, code] = low if live and not negative else NEVER
             out[4, code] = 1 if has_inf and (code & 0x7F) == 0x7C else 0
-            out[5, code] = row_word(exponent, low if live else NEVER_ROW, negative)
+            out[5, code] = row_word(low if live else NEVER_ROW, negative)
+            out[6, code] = (np.int32(exponent) & 0xFF) * PANEL
 
     @njit(parallel=True, cache=True)
     def decode_b_panels(codes: np.ndarray, kseq: np.ndarray, tables: np.ndarray,
@@ -245,16 +249,10 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled
             inf_tiles[t] = n_inf != 0
 
     @njit(inline="always")
-    def _aligned_zeros(n: int) -> np.ndarray:
-        """fp32 zeros of length ``n`` starting on a 64-byte boundary (whole-vector loads and stores)."""
-        buf = np.zeros(n + 16, dtype=np.float32)
-        shift = ((-v.address(buf)) % 64) // 4
-        return buf[shift:shift + n]
-
-    @njit(inline="always")
-    def _row_maxima(eb: np.ndarray, ca: np.ndarray, words: np.ndarray, a0: int, a1: int, e_base: int, b0: int,
-                    b1: int, start: Any) -> tuple[Any, Any]:
-        """The block maxima of ``e(a) + e(b)`` of two rows over one panel (64 int8 lanes each).
+    def _row_maxima(eb: np.ndarray, ca: np.ndarray, e_at: np.ndarray, bc: np.ndarray, a0: int, a1: int, e_base: int,
+                    b0: int, b1: int, start: Any) -> tuple[Any, Any]:
+        """The block maxima of ``e(a) + e(b)`` of two rows over one panel (64 int8 lanes each); ``e(a)``
+        read as its vector in the broadcast table ``bc`` at ``e_at[code]``.
 
         Two partial maxima per row (even and odd k) halve the dependency chain.
         """
@@ -266,15 +264,15 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled
         while k + 2 <= b1:
             r = v.load8(eb, e_base + k * 3 * PANEL)
             s = v.load8(eb, e_base + (k + 1) * 3 * PANEL)
-            e0 = v.add_max8(e0, words, np.int64(v.scalar(ca, a0 + k)), r)
-            e1 = v.add_max8(e1, words, np.int64(v.scalar(ca, a1 + k)), r)
-            f0 = v.add_max8(f0, words, np.int64(v.scalar(ca, a0 + k + 1)), s)
-            f1 = v.add_max8(f1, words, np.int64(v.scalar(ca, a1 + k + 1)), s)
+            e0 = v.max8(e0, v.add8(r, v.load8(bc, np.int64(v.scalar(e_at, np.int64(v.scalar(ca, a0 + k)))))))
+            e1 = v.max8(e1, v.add8(r, v.load8(bc, np.int64(v.scalar(e_at, np.int64(v.scalar(ca, a1 + k)))))))
+            f0 = v.max8(f0, v.add8(s, v.load8(bc, np.int64(v.scalar(e_at, np.int64(v.scalar(ca, a0 + k + 1)))))))
+            f1 = v.max8(f1, v.add8(s, v.load8(bc, np.int64(v.scalar(e_at, np.int64(v.scalar(ca, a1 + k + 1)))))))
             k += 2
         if k < b1:
             r = v.load8(eb, e_base + k * 3 * PANEL)
-            e0 = v.add_max8(e0, words, np.int64(v.scalar(ca, a0 + k)), r)
-            e1 = v.add_max8(e1, words, np.int64(v.scalar(ca, a1 + k)), r)
+            e0 = v.max8(e0, v.add8(r, v.load8(bc, np.int64(v.scalar(e_at, np.int64(v.scalar(ca, a0 + k)))))))
+            e1 = v.max8(e1, v.add8(r, v.load8(bc, np.int64(v.scalar(e_at, np.int64(v.scalar(ca, a1 + k)))))))
         return v.max8(e0, f0), v.max8(e1, f1)
 
     @njit(inline="always")
@@ -302,7 +300,8 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled
         v.store(c, o + 48, v.mask_bits(v.end_units3(x3, n), keep))
 
     @njit(inline="always")
-    def _step(ca: np.ndarray, values: np.ndarray, words: np.ndarray, eb: np.ndarray, ao: int, kl: int, g: Any, n: Any,
+    def _step(ca: np.ndarray, values: np.ndarray, words: np.ndarray, bc: np.ndarray, eb: np.ndarray, ao: int, kl: int,
+              g: Any, n: Any,
               b0: Any, b1: Any, b2: Any, b3: Any, x0: Any, x1: Any, x2: Any, x3: Any) -> tuple[Any, ...]:
         """One k of one row: a times B added rounded down onto the grid, and the negative products
         below the grid counted (each was rounded one unit further from zero than truncation)."""
@@ -313,11 +312,12 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled
         x1 = v.fma_rz(a, b1, x1)
         x2 = v.fma_rz(a, b2, x2)
         x3 = v.fma_rz(a, b3, x3)
-        n = v.count_below8(n, v.minus8(g, w >> 8), eb, kl + np.int64(w >> 16))
+        t = v.sub_sat8(g, v.load8(bc, np.int64(w & 0xFFFF)))
+        n = v.count_where_below8(n, t, eb, kl + np.int64(w >> 16), v.load8(bc, PANEL))  # bc's vector of 1
         return n, x0, x1, x2, x3
 
     @njit(parallel=True, cache=True)
-    def kernel(ca: np.ndarray, tables: np.ndarray, bv: np.ndarray, ebp: np.ndarray,
+    def kernel(ca: np.ndarray, tables: np.ndarray, bc: np.ndarray, bv: np.ndarray, ebp: np.ndarray,
                blk_start: np.ndarray, blk_stop: np.ndarray, chain_blk: np.ndarray, chain_part: np.ndarray,
                n_parts: int, order: np.ndarray, role: np.ndarray, frac: int, m_tile: int, out: np.ndarray,
                transposed: bool) -> None:
@@ -341,6 +341,7 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled
         ca_f = ca.reshape(-1)
         values = tables[0].view(np.float32)
         words = tables[5]
+        e_at = tables[6]
         bv_f = bv.reshape(-1)
         eb_f = ebp.reshape(-1)
         for t in prange(m_tiles * n_panels):
@@ -348,7 +349,7 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled
             mm = min(m_tile, m_rows - m0)
             panel = t % n_panels
             partial = np.zeros((n_parts, mm, PANEL), dtype=np.float32)
-            c = _aligned_zeros(mm * PANEL)
+            c = v.aligned_zeros(mm * PANEL)
             start = v.splat8(ZERO8)
             zero = v.splat8(0)
             e_base = panel * k_all * 3 * PANEL
@@ -362,7 +363,7 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled
                         i1 = min(i + 1, mm - 1)  # an odd last row is computed twice (same bits)
                         a0 = a_base + i * k_row
                         a1 = a_base + i1 * k_row
-                        e0, e1 = _row_maxima(eb_f, ca_f, words, a0, a1, e_base, b0, b1, start)
+                        e0, e1 = _row_maxima(eb_f, ca_f, e_at, bc, a0, a1, e_base, b0, b1, start)
                         o0 = i * PANEL
                         o1 = i1 * PANEL
                         x00, x01, x02, x03, g0 = _start_row(c, o0, e0, frac)
@@ -376,9 +377,9 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled
                             y2 = v.load(bv_f, kb + 32)
                             y3 = v.load(bv_f, kb + 48)
                             kl = e_base + k * 3 * PANEL
-                            n0, x00, x01, x02, x03 = _step(ca_f, values, words, eb_f, a0 + k, kl, g0, n0,
+                            n0, x00, x01, x02, x03 = _step(ca_f, values, words, bc, eb_f, a0 + k, kl, g0, n0,
                                                            y0, y1, y2, y3, x00, x01, x02, x03)
-                            n1, x10, x11, x12, x13 = _step(ca_f, values, words, eb_f, a1 + k, kl, g1, n1,
+                            n1, x10, x11, x12, x13 = _step(ca_f, values, words, bc, eb_f, a1 + k, kl, g1, n1,
                                                            y0, y1, y2, y3, x10, x11, x12, x13)
                         _end_row(c, o1, x10, x11, x12, x13, n1, keep)
                         _end_row(c, o0, x00, x01, x02, x03, n0, keep)

@@ -27,7 +27,40 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-__all__ = ["F32X16", "I8X64", "available"]
+import numpy as np
+
+__all__ = ["F32X16", "I8X64", "PANEL", "available", "broadcast_table", "panels"]
+
+#: Columns of a panel, the kernels' unit of B's layout: 64 int8 lanes (one vector), or four vectors of
+#: 16 fp32 lanes, held in registers for one row over a block.
+PANEL = 64
+
+
+def panels(n: int) -> int:
+    """Panels of :data:`PANEL` columns covering ``n`` columns."""
+    return (n + PANEL - 1) // PANEL
+
+
+_BROADCAST: list[np.ndarray] = []
+
+
+def broadcast_table() -> np.ndarray:
+    """int8 ``[256 * 64]``, 64-byte aligned: at offset ``64 * (x & 0xFF)`` the int8 ``x`` in
+    64 lanes (built once).
+
+    [Note: broadcast vectors] A kernel reads a per-row int8 (an exponent, a lowest bit's exponent) as
+    its vector here, a memory operand of the integer instruction that uses it, instead of broadcasting
+    a byte from memory or a general register: on Intel cores that broadcast is an instruction of its
+    own on port 5, which the 512-bit integer and FMA instructions share (the FP8 kernel: 5 to 7 % of
+    its time at 2048 x 1920 x 5760 on the Xeon, docs/performance.md).
+    """
+    if not _BROADCAST:
+        raw = np.empty(256 * PANEL + PANEL, dtype=np.int8)
+        shift = (-raw.ctypes.data) % PANEL
+        table = raw[shift:shift + 256 * PANEL]
+        table[:] = np.repeat(np.arange(256, dtype=np.uint8).view(np.int8), PANEL)
+        _BROADCAST.append(table)
+    return _BROADCAST[0]
 
 
 @functools.lru_cache(maxsize=1)
@@ -179,22 +212,34 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled code
         return I8X64(F32X16, F32X16, F32X16, F32X16, low, high), codegen
 
     @intrinsic
-    def minus8(typingctx: Any, g: Any, x: Any) -> Any:
-        """``g - x`` lane by lane, saturated to int8 (``x``: an integer scalar holding an int8, broadcast)."""
-        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-            x8 = builder.trunc(args[1], _I8) if args[1].type.width > 8 else args[1]
-            fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_VB, [_VB, _VB]), "llvm.ssub.sat.v64i8")
-            return builder.call(fn, [args[0], _splat(builder, _VB, x8)])
-        return I8X64(I8X64, x), codegen
+    def count_where_below8(typingctx: Any, count: Any, t: Any, arr: Any, off: Any, one: Any) -> Any:
+        """``count + one`` in the lanes where ``arr[off:off + 64] < t``, else ``count`` (int8).
 
-    @intrinsic
-    def count_below8(typingctx: Any, count: Any, t: Any, arr: Any, off: Any) -> Any:
-        """``count + (arr[off:off + 64] < t)`` lane by lane (int8)."""
+        ``one`` (64 lanes of 1) is best a value LLVM cannot see is constant (a load): then the
+        selection lowers to a comparison with a memory operand and a masked addition; with a
+        constant one LLVM widens the mask to a vector and subtracts it (one instruction more).
+        """
         def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
             p = _pointer(context, builder, sig.args[2], args[2], args[3], sig.args[3])
             x = builder.load(builder.bitcast(p, _VB.as_pointer()), align=1)
-            return builder.sub(args[0], builder.sext(builder.icmp_signed("<", x, args[1]), _VB))
-        return I8X64(I8X64, I8X64, arr, off), codegen
+            below = builder.icmp_signed("<", x, args[1])
+            return builder.select(below, builder.add(args[0], args[4]), args[0])
+        return I8X64(I8X64, I8X64, arr, off, I8X64), codegen
+
+    @intrinsic
+    def sub_sat8(typingctx: Any, a: Any, b: Any) -> Any:
+        """``a - b`` lane by lane, saturated to int8."""
+        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+            fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_VB, [_VB, _VB]), "llvm.ssub.sat.v64i8")
+            return builder.call(fn, [args[0], args[1]])
+        return I8X64(I8X64, I8X64), codegen
+
+    @intrinsic
+    def add8(typingctx: Any, a: Any, b: Any) -> Any:
+        """``a + b`` lane by lane (int8, wrapping)."""
+        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+            return builder.add(args[0], args[1])
+        return I8X64(I8X64, I8X64), codegen
 
     @intrinsic
     def mask_bits(typingctx: Any, a: Any, mask: Any) -> Any:
@@ -212,18 +257,6 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled code
         return I8X64(x), codegen
 
     @intrinsic
-    def add_max8(typingctx: Any, acc: Any, arr: Any, off: Any, b: Any) -> Any:
-        """``max(acc, arr[off] + b)`` lane by lane (int8; ``arr[off]``, an integer of any width holding an int8, broadcast)."""
-        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-            p = _pointer(context, builder, sig.args[1], args[1], args[2], sig.args[2])
-            x = builder.load(p)
-            if x.type.width > 8:  # an exponent held in a wider integer: its low byte
-                x = builder.trunc(x, _I8)
-            s = builder.add(_splat(builder, _VB, x), args[3])
-            return _smax(builder, s, args[0])
-        return I8X64(I8X64, arr, off, I8X64), codegen
-
-    @intrinsic
     def max8(typingctx: Any, a: Any, b: Any) -> Any:
         """``max(a, b)`` lane by lane (int8)."""
         def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
@@ -237,6 +270,25 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled code
             ary = context.make_array(sig.args[0])(context, builder, args[0])
             return builder.ptrtoint(ary.data, ir.IntType(64))
         return types.int64(arr), codegen
+
+    from numba import njit
+
+    _address: Any = address  # an intrinsic: numba, not mypy, checks its calls
+
+    @njit(inline="always")
+    def aligned_zeros(n: int) -> Any:
+        """fp32 zeros of length ``n`` starting on a 64-byte boundary (whole-vector loads and stores)."""
+        buf = np.zeros(n + 16, dtype=np.float32)
+        shift = ((-_address(buf)) % 64) // 4
+        return buf[shift:shift + n]
+
+    @intrinsic
+    def add_sat8(typingctx: Any, a: Any, b: Any) -> Any:
+        """``a + b`` lane by lane, saturated to int8."""
+        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+            fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_VB, [_VB, _VB]), "llvm.sadd.sat.v64i8")
+            return builder.call(fn, [args[0], args[1]])
+        return I8X64(I8X64, I8X64), codegen
 
     def _grid_offset(group: int) -> Any:
         @intrinsic
@@ -316,19 +368,6 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled code
     class _I32x16Model(models.PrimitiveModel):
         def __init__(self, dmm: Any, fe_type: Any) -> None:
             super().__init__(dmm, fe_type, _VI)
-
-    @intrinsic
-    def add_max8s(typingctx: Any, acc: Any, arr: Any, off: Any, b: Any) -> Any:
-        """``max(acc, sat(arr[off] + b))`` lane by lane (int8, the addition saturating; ``arr[off]`` broadcast)."""
-        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-            p = _pointer(context, builder, sig.args[1], args[1], args[2], sig.args[2])
-            x = builder.load(p)
-            if x.type.width > 8:
-                x = builder.trunc(x, _I8)
-            fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_VB, [_VB, _VB]), "llvm.sadd.sat.v64i8")
-            s = builder.call(fn, [_splat(builder, _VB, x), args[3]])
-            return _smax(builder, s, args[0])
-        return I8X64(I8X64, arr, off, I8X64), codegen
 
     def _zoo_exponent(group: int) -> Any:
         @intrinsic

@@ -27,7 +27,7 @@ from .._host import env_flag
 from ..accumulation import AccumulationPlan, flatten_plan
 from ..formats import WideFormat, decode_wide, wide_format_of
 from ..presets import CMode, Preset, Rounding
-from . import _cpu_fp8, _cpu_zoo_vector
+from . import _cpu_fp8, _cpu_simd, _cpu_zoo_vector
 from ._cpu_scratch import aligned_buffer, buffer, flatten, launch_guard, panel_rows, tiles
 from .protocol import Accumulated
 
@@ -308,11 +308,12 @@ def _accumulate_vector(a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: A
     with launch_guard():
         va, ea, _, a_wide, _ = decode_zoo_rows(rows.contiguous(), "a", np.int8, (z.EMIN, z.EMAX), z.BIAS, z.ZERO)
         vb, eb, _, b_wide, _ = decode_zoo_rows(b.detach().contiguous(), "b", np.int8, (z.EMIN, z.EMAX), z.BIAS, z.ZERO)
-        bv = aligned_buffer("zoo.cols.values", (n_panels, k, 64), np.float32)
-        be = aligned_buffer("zoo.cols.exponents", (n_panels, k, 64), np.int8)
+        bv = aligned_buffer("zoo.cols.values", (n_panels, k, z.PANEL), np.float32)
+        be = aligned_buffer("zoo.cols.exponents", (n_panels, k, z.PANEL), np.int8)
         z.panel_layout(vb, eb, flat.k_order.numpy(), bv, be)
-        z.kernel(va, ea, bv, be, starts, stops, first, np.asarray(flat.chain_part, np.int64), len(plan.parts),
-                 np.asarray(flat.order, np.int64), np.asarray(flat.role, np.int64), preset.frac_bits,
+        z.kernel(va, ea, _cpu_simd.broadcast_table(), bv, be, starts, stops, first,
+                 np.asarray(flat.chain_part, np.int64), len(plan.parts), np.asarray(flat.order, np.int64),
+                 np.asarray(flat.role, np.int64), preset.frac_bits,
                  panel_rows(m, n_panels, numba.get_num_threads()), out)
     result = torch.from_numpy(out)
     _recompute_wide(result, a, b, a_wide, b_wide, preset, plan)

@@ -35,8 +35,9 @@ import numpy as np
 
 from ..presets import CMode, Preset, Rounding
 from . import _cpu_simd
+from ._cpu_simd import PANEL, panels
 
-__all__ = ["BIAS", "EMAX", "EMIN", "ZERO", "expresses", "kernel", "panel_layout", "panels"]
+__all__ = ["BIAS", "EMAX", "EMIN", "PANEL", "ZERO", "expresses", "kernel", "panel_layout", "panels"]
 
 #: The operand exponents the kernel takes (others: their rows are recomputed in float64).
 EMIN, EMAX = -50, 30
@@ -57,11 +58,6 @@ def expresses(preset: Preset) -> bool:
             and 23 <= preset.frac_bits <= 26 and preset.block_size * 2 ** (preset.frac_bits + 2) <= 2**31)
 
 
-def panels(n: int) -> int:
-    """Panels of 64 columns covering ``n`` columns."""
-    return (n + 63) // 64
-
-
 try:  # pragma: no cover - exercised where numba is installed (a dependency)
     from numba import njit, prange
 
@@ -77,7 +73,6 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled
     from ._cpu_steps import combine_parts
 
     v: Any = _cpu_simd
-    _PANEL = 64
 
     @njit(parallel=True, cache=True)
     def panel_layout(values: np.ndarray, exponents: np.ndarray, kseq: np.ndarray, out_v: np.ndarray,
@@ -86,49 +81,50 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled
         (int8), k = ``kseq[i]``; columns past N are zeros with exponent ``ZERO``. One task per 64 x 64 tile."""
         n_rows, k_cols = values.shape
         n_panels = out_e.shape[0]
-        k_tiles = (k_cols + _PANEL - 1) // _PANEL
+        k_tiles = (k_cols + PANEL - 1) // PANEL
         for t in prange(n_panels * k_tiles):
             p = t // k_tiles
-            i0 = (t % k_tiles) * _PANEL
-            depth = min(_PANEL, k_cols - i0)
-            width = min(_PANEL, n_rows - p * _PANEL)
+            i0 = (t % k_tiles) * PANEL
+            depth = min(PANEL, k_cols - i0)
+            width = min(PANEL, n_rows - p * PANEL)
             for i in range(depth):
                 out_v[p, i0 + i, :] = 0.0
                 out_e[p, i0 + i, :] = ZERO
             for j in range(width):
-                row = p * _PANEL + j
+                row = p * PANEL + j
                 for i in range(depth):
                     k = kseq[i0 + i]
                     out_v[p, i0 + i, j] = values[row, k]
                     out_e[p, i0 + i, j] = exponents[row, k]
 
     @njit(inline="always")
-    def _aligned_zeros(n: int) -> np.ndarray:
-        buf = np.zeros(n + 16, dtype=np.float32)
-        shift = ((-v.address(buf)) % 64) // 4
-        return buf[shift:shift + n]
+    def _at(ea: np.ndarray, off: int) -> int:
+        """The offset of ``ea[off]``'s vector in the broadcast table ([Note: broadcast vectors] in _cpu_simd)."""
+        return (np.int64(v.scalar(ea, off)) & 0xFF) * PANEL
 
     @njit(inline="always")
-    def _row_maxima(eb: np.ndarray, ea: np.ndarray, a0: int, a1: int, e_base: int, b0: int, b1: int,
+    def _row_maxima(eb: np.ndarray, ea: np.ndarray, bc: np.ndarray, a0: int, a1: int, e_base: int, b0: int, b1: int,
                     start: Any) -> tuple[Any, Any]:
-        """The block maxima of ``e(a) + e(b)`` (biased, saturating) of two rows over one panel."""
+        """The block maxima of ``e(a) + e(b)`` (biased, saturating) of two rows over one panel; ``e(a)``
+        read as its vector in the broadcast table ``bc``. Two partial maxima per row halve the
+        dependency chain."""
         e0 = start
         e1 = start
         f0 = start
         f1 = start
         k = b0
         while k + 2 <= b1:
-            r = v.load8(eb, e_base + k * _PANEL)
-            s = v.load8(eb, e_base + (k + 1) * _PANEL)
-            e0 = v.add_max8s(e0, ea, a0 + k, r)
-            e1 = v.add_max8s(e1, ea, a1 + k, r)
-            f0 = v.add_max8s(f0, ea, a0 + k + 1, s)
-            f1 = v.add_max8s(f1, ea, a1 + k + 1, s)
+            r = v.load8(eb, e_base + k * PANEL)
+            s = v.load8(eb, e_base + (k + 1) * PANEL)
+            e0 = v.max8(e0, v.add_sat8(r, v.load8(bc, _at(ea, a0 + k))))
+            e1 = v.max8(e1, v.add_sat8(r, v.load8(bc, _at(ea, a1 + k))))
+            f0 = v.max8(f0, v.add_sat8(s, v.load8(bc, _at(ea, a0 + k + 1))))
+            f1 = v.max8(f1, v.add_sat8(s, v.load8(bc, _at(ea, a1 + k + 1))))
             k += 2
         if k < b1:
-            r = v.load8(eb, e_base + k * _PANEL)
-            e0 = v.add_max8s(e0, ea, a0 + k, r)
-            e1 = v.add_max8s(e1, ea, a1 + k, r)
+            r = v.load8(eb, e_base + k * PANEL)
+            e0 = v.max8(e0, v.add_sat8(r, v.load8(bc, _at(ea, a0 + k))))
+            e1 = v.max8(e1, v.add_sat8(r, v.load8(bc, _at(ea, a1 + k))))
         return v.max8(e0, f0), v.max8(e1, f1)
 
     @njit(inline="always")
@@ -176,7 +172,7 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled
         v.store(c, o0 + 48, r03)
 
     @njit(parallel=True, cache=True)
-    def kernel(va: np.ndarray, ea: np.ndarray, bv: np.ndarray, eb: np.ndarray, blk_start: np.ndarray,
+    def kernel(va: np.ndarray, ea: np.ndarray, bc: np.ndarray, bv: np.ndarray, eb: np.ndarray, blk_start: np.ndarray,
                blk_stop: np.ndarray, chain_blk: np.ndarray, chain_part: np.ndarray, n_parts: int, order: np.ndarray,
                role: np.ndarray, frac: int, m_tile: int, out: np.ndarray) -> None:
         """fp32 accumulators ``out [M, N]`` from A's decoded rows ``va, ea [M, K]`` (k in plan order) and
@@ -195,10 +191,10 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled
             m0 = (t // n_panels) * m_tile
             mm = min(m_tile, m_rows - m0)
             panel = t % n_panels
-            partial = np.zeros((n_parts, mm, _PANEL), dtype=np.float32)
-            c = _aligned_zeros(mm * _PANEL)
+            partial = np.zeros((n_parts, mm, PANEL), dtype=np.float32)
+            c = v.aligned_zeros(mm * PANEL)
             start = v.splat8(ZERO)
-            e_base = panel * k_all * _PANEL
+            e_base = panel * k_all * PANEL
             for ch in range(chain_part.shape[0]):
                 c[:] = 0.0
                 for bi in range(chain_blk[ch], chain_blk[ch + 1]):
@@ -208,14 +204,14 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled
                         i1 = min(i + 1, mm - 1)  # an odd last row is computed twice (same bits)
                         a0 = (m0 + i) * k_row
                         a1 = (m0 + i1) * k_row
-                        e0, e1 = _row_maxima(eb_f, ea_f, a0, a1, e_base, b0, b1, start)
-                        o0 = i * _PANEL
-                        o1 = i1 * _PANEL
+                        e0, e1 = _row_maxima(eb_f, ea_f, bc, a0, a1, e_base, b0, b1, start)
+                        o0 = i * PANEL
+                        o1 = i1 * PANEL
                         s00, s01, s02, s03 = _scales(c, o0, e0, frac)
                         s10, s11, s12, s13 = _scales(c, o1, e1, frac)
                         x00 = x01 = x02 = x03 = x10 = x11 = x12 = x13 = v.zeros32()
                         for k in range(b0, b1):
-                            kb = e_base + k * _PANEL
+                            kb = e_base + k * PANEL
                             y0 = v.load(bv_f, kb)
                             y1 = v.load(bv_f, kb + 16)
                             y2 = v.load(bv_f, kb + 32)
@@ -233,6 +229,6 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled
                         _end_rows(c, o0, o1, e0, e1, frac, x00, x01, x02, x03, x10, x11, x12, x13)
                 p_ = chain_part[ch]
                 for i in range(mm):
-                    for j in range(_PANEL):
-                        partial[p_, i, j] = partial[p_, i, j] + c[i * _PANEL + j]  # fp32, K order from +0
-            combine_parts(partial, order, role, out, m0, panel * _PANEL, mm, min(_PANEL, n_cols - panel * _PANEL))
+                    for j in range(PANEL):
+                        partial[p_, i, j] = partial[p_, i, j] + c[i * PANEL + j]  # fp32, K order from +0
+            combine_parts(partial, order, role, out, m0, panel * PANEL, mm, min(PANEL, n_cols - panel * PANEL))

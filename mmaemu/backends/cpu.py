@@ -64,7 +64,7 @@ from ..formats import (
 from .._host import env_flag
 from ..model import block_sum_exact_in_fp32
 from ..presets import CMode, Preset, Rounding
-from . import _cpu_fp8, _cpu_zoo
+from . import _cpu_fp8, _cpu_simd, _cpu_zoo
 from ._cpu_scratch import (
     SCRATCH_LIMIT_BYTES,
     aligned_buffer,
@@ -304,7 +304,7 @@ def _accumulate_avx512(a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: A
         inf_c = np.zeros(n_panels * math.ceil(k / _cpu_fp8.PANEL), dtype=np.bool_)
         _cpu_fp8.decode_b_panels(codes_c, kseq, _tables(f_cols), bv, eb, inf_c)
         m_tile = panel_rows(r, n_panels, numba.get_num_threads())
-        _cpu_fp8.kernel(codes_r.numpy(), _tables(f_rows), bv, eb, starts, stops, first,
+        _cpu_fp8.kernel(codes_r.numpy(), _tables(f_rows), _cpu_simd.broadcast_table(), bv, eb, starts, stops, first,
                        np.asarray(flat.chain_part, np.int64), len(plan.parts), np.asarray(flat.order, np.int64),
                        np.asarray(flat.role, np.int64), preset.frac_bits, m_tile, out, lanes_over_a)
     return Accumulated(torch.from_numpy(out), inf_r or bool(inf_c.any()))
