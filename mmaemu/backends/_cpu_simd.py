@@ -226,13 +226,18 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled code
             return builder.select(below, builder.add(args[0], args[4]), args[0])
         return I8X64(I8X64, I8X64, arr, off, I8X64), codegen
 
-    @intrinsic
-    def sub_sat8(typingctx: Any, a: Any, b: Any) -> Any:
-        """``a - b`` lane by lane, saturated to int8."""
-        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-            fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_VB, [_VB, _VB]), "llvm.ssub.sat.v64i8")
-            return builder.call(fn, [args[0], args[1]])
-        return I8X64(I8X64, I8X64), codegen
+    def _saturating8(llvm_name: str) -> Any:
+        @intrinsic
+        def saturating(typingctx: Any, a: Any, b: Any) -> Any:
+            def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+                fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_VB, [_VB, _VB]), llvm_name)
+                return builder.call(fn, [args[0], args[1]])
+            return I8X64(I8X64, I8X64), codegen
+        return saturating
+
+    #: ``a - b`` and ``a + b`` lane by lane, saturated to int8.
+    sub_sat8 = _saturating8("llvm.ssub.sat.v64i8")
+    add_sat8 = _saturating8("llvm.sadd.sat.v64i8")
 
     @intrinsic
     def add8(typingctx: Any, a: Any, b: Any) -> Any:
@@ -281,14 +286,6 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled code
         buf = np.zeros(n + 16, dtype=np.float32)
         shift = ((-_address(buf)) % 64) // 4
         return buf[shift:shift + n]
-
-    @intrinsic
-    def add_sat8(typingctx: Any, a: Any, b: Any) -> Any:
-        """``a + b`` lane by lane, saturated to int8."""
-        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-            fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_VB, [_VB, _VB]), "llvm.sadd.sat.v64i8")
-            return builder.call(fn, [args[0], args[1]])
-        return I8X64(I8X64, I8X64), codegen
 
     def _grid_offset(group: int) -> Any:
         @intrinsic
