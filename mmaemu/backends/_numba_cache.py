@@ -87,7 +87,9 @@ def _locator_class() -> type | None:
     return MmaemuCacheLocator
 
 
-_announced = threading.Event()
+#: The kernel modules already checked (and, without cached code, announced) in this process.
+_checked: set[str] = set()
+_checked_lock = threading.Lock()
 
 
 def _compiled_dir(py_file: str) -> Path:
@@ -103,15 +105,18 @@ def _compiled_dir(py_file: str) -> Path:
 
 
 def announce_first_compile(py_file: str, what: str) -> None:
-    """Say on stderr, once per process, that numba is about to compile ``what`` (no cached code yet).
+    """Say on stderr that numba is about to compile ``what``, the kernels defined in ``py_file``, when its
+    cache holds no index of a function of that module (their first call, once per machine).
 
-    Nothing is printed when numba's cache already holds an index of a function of ``py_file`` (its
-    kernels then load in well under a second; an index of another module's kernels in the same
-    folder does not count) or after the first announcement of the process.
+    Each module is checked once per process (the first call that runs its kernels); an index of
+    another module's kernels in the same folder does not count. Callers name the module whose
+    kernels the call runs: the AVX-512 FP8 kernel's, the portable one's, the zoo's vector kernel's
+    or its loop kernels' (:func:`mmaemu.backends.cpu.kernel_module`).
     """
-    if _announced.is_set():
-        return
-    _announced.set()
+    with _checked_lock:
+        if py_file in _checked:
+            return
+        _checked.add(py_file)
     folder = _compiled_dir(py_file)
     try:
         cached = folder.is_dir() and any(folder.glob(f"{Path(py_file).stem}.*.nbi"))

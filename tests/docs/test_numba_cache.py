@@ -63,7 +63,7 @@ def test_first_compile_is_announced_once_and_only_without_cached_code(
 ) -> None:
     monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
     monkeypatch.setenv("MMAEMU_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(_numba_cache, "_announced", type(_numba_cache._announced)())
+    monkeypatch.setattr(_numba_cache, "_checked", set())
     _numba_cache.announce_first_compile(cpu.__file__, "the kernels")
     _numba_cache.announce_first_compile(cpu.__file__, "the kernels")
     err = capsys.readouterr().err
@@ -71,13 +71,27 @@ def test_first_compile_is_announced_once_and_only_without_cached_code(
     folder = _numba_cache._compiled_dir(cpu.__file__)
     folder.mkdir(parents=True)
     (folder / "cpu._kernel-1.py311.nbi").write_bytes(b"")
-    monkeypatch.setattr(_numba_cache, "_announced", type(_numba_cache._announced)())
+    monkeypatch.setattr(_numba_cache, "_checked", set())
     _numba_cache.announce_first_compile(cpu.__file__, "the kernels")
     assert capsys.readouterr().err == ""
-    # the zoo kernels' module shares the folder: the FP8 kernels' index does not silence it
-    monkeypatch.setattr(_numba_cache, "_announced", type(_numba_cache._announced)())
+    # the zoo kernels' module shares the folder: the FP8 kernels' index does not silence it, and an
+    # earlier check of another module in the same process does not either
     _numba_cache.announce_first_compile(_cpu_zoo.__file__, "the zoo kernels")
     assert "mmaemu: compiling the zoo kernels with numba" in capsys.readouterr().err
+
+
+def test_the_announcement_looks_at_the_module_whose_kernels_the_call_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mmaemu.backends import _cpu_fp8, _cpu_zoo_vector
+    from mmaemu.presets import HOPPER, zoo_presets
+
+    ampere_fp16 = zoo_presets()[("ampere", "fp16")]
+    monkeypatch.delenv("MMAEMU_CPU_PORTABLE", raising=False)
+    fp8_module = _cpu_fp8.__file__ if _cpu_fp8.available() else cpu.__file__
+    assert cpu.kernel_module(HOPPER, zoo=False) == fp8_module
+    assert cpu.kernel_module(ampere_fp16, zoo=True) == _cpu_zoo_vector.__file__
+    monkeypatch.setenv("MMAEMU_CPU_PORTABLE", "1")
+    assert cpu.kernel_module(HOPPER, zoo=False) == cpu.__file__
+    assert cpu.kernel_module(ampere_fp16, zoo=True) == _cpu_zoo.__file__
 
 
 def _copy_clone(dest: Path) -> None:
@@ -120,6 +134,10 @@ def test_install_uninstall_reinstall_in_a_fresh_venv(tmp_path: Path) -> None:
         demo = subprocess.run([str(python), "-m", "mmaemu", "demo"], **run)  # type: ignore[call-overload]
         assert demo.returncode == 0, (attempt, demo.stdout, demo.stderr)
         assert "bf16 outputs that differ between hopper and ada" in demo.stdout
+        if attempt == "first install":
+            assert "mmaemu: compiling the cpu backend's kernels" in demo.stderr
+            again = subprocess.run([str(python), "-m", "mmaemu", "demo"], **run)  # type: ignore[call-overload]
+            assert again.returncode == 0 and "compiling" not in again.stderr, again.stderr  # the cache serves it
         assert not list((site / "mmaemu").rglob("*.nb[ic]")), "numba wrote into the installed package"
         subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "uninstall", "-y", "-q", "mmaemu"],
                        check=True, **run)  # type: ignore[call-overload]
