@@ -65,12 +65,25 @@ def broadcast_table() -> np.ndarray:
 
 @functools.lru_cache(maxsize=1)
 def available() -> bool:
-    """Whether this CPU has AVX-512F (and BW for the int8 lanes), as LLVM sees the host (asked once)."""
+    """Whether numba compiles for a CPU with AVX-512F (and BW for the int8 lanes) (asked once).
+
+    The host as LLVM sees it; but where ``NUMBA_CPU_NAME`` names another target (numba then compiles
+    for that CPU, for example ``haswell`` or ``generic`` for machine code that runs elsewhere), only
+    when ``NUMBA_CPU_FEATURES`` lists ``+avx512f`` and ``+avx512bw``: the AVX-512 instructions would
+    not compile for a target without them. ``NUMBA_CPU_NAME=haswell`` is also how the tests run the
+    kernels' AVX2 paths on an AVX-512 machine (``tests/unit/test_cpu_zoo_vector.py``).
+    """
     try:
+        from numba.core import config
+
+        target = getattr(config, "CPU_NAME", None)
+        if target and str(target).lower() != "host":
+            listed = str(getattr(config, "CPU_FEATURES", None) or "").split(",")
+            return "+avx512f" in listed and "+avx512bw" in listed
         from llvmlite import binding  # type: ignore[import-untyped]
 
         features = binding.get_host_cpu_features()
-    except Exception:  # noqa: BLE001 - no llvmlite, or a host LLVM cannot describe
+    except Exception:  # noqa: BLE001 - no numba or llvmlite, or a host LLVM cannot describe
         return False
     return bool(features.get("avx512f")) and bool(features.get("avx512bw"))
 
@@ -429,6 +442,33 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled code
             keep = builder.icmp_unsigned(">=", builder.sub(args[2], lo), builder.sub(_ints([255] * 16), lo))
             return builder.select(keep, builder.fadd(args[3], ir.Constant(_VF, [0.0] * 16)), r)
         return F32X16(I32X16, I32X16, I32X16, F32X16, frac, lo), codegen
+
+    @intrinsic
+    def zoo_result_c(typingctx: Any, acc: Any, eb: Any, c: Any, frac: Any, lo: Any) -> Any:
+        """The block's fp32 results from the int32 sums ``acc`` of its terms and c's (``eb = E + 127``),
+        where ``|acc| < 2**31`` (the caller's capacity bound).
+
+        ``acc`` truncated toward zero to fp32 (its 24 leading bits: ``vcvtdq2ps {rz-sae}`` where the
+        CPU has AVX-512, else a float64 conversion, exact, and a mask), scaled by ``2**(E - F)`` as in
+        :func:`zoo_result` (a sum of 2**128 or more overflows to +-Inf; an exact zero is +0); lanes with
+        ``eb < lo`` or ``eb == 255`` give ``c + 0``.
+        """
+        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+            if available():
+                fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_VF, [_VI, _I32]),
+                                                    "llvm.x86.avx512.sitofp.round.v16f32.v16i32")
+                t = builder.call(fn, [args[0], ir.Constant(_I32, _ROUND_TOWARD_ZERO)])
+            else:
+                x = builder.sitofp(args[0], _VD)
+                x = builder.bitcast(builder.and_(builder.bitcast(x, _VQ), ir.Constant(_VQ, [_KEEP_24] * 16)), _VD)
+                t = builder.fptrunc(x, _VF)
+            f = context.cast(builder, args[3], sig.args[3], types.int32)
+            unit = builder.bitcast(builder.shl(builder.sub(args[1], _splat(builder, _VI, f)), _ints([23] * 16)), _VF)
+            r = builder.fmul(t, unit)
+            low = _splat(builder, _VI, context.cast(builder, args[4], sig.args[4], types.int32))
+            keep = builder.icmp_unsigned(">=", builder.sub(args[1], low), builder.sub(_ints([255] * 16), low))
+            return builder.select(keep, builder.fadd(args[2], ir.Constant(_VF, [0.0] * 16)), r)
+        return F32X16(I32X16, I32X16, F32X16, frac, lo), codegen
 
     @intrinsic
     def zeros32(typingctx: Any) -> Any:

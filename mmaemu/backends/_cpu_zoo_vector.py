@@ -5,10 +5,20 @@ portable fp32 zoo kernel (:func:`mmaemu.backends._cpu_zoo._kernel_zoo`), written
 vectors (:mod:`mmaemu.backends._cpu_simd`, plain LLVM vector instructions: AVX-512 or AVX2) and
 held in registers over a block: per product one fp32 multiplication (exact: at most 22
 significant bits), one multiplication by the block's ``2**(F - E)`` (exact: a power of two, no
-underflow in range), one conversion truncating toward zero to int32 and one integer addition. At
-the block's end c's term (``c * 2**(F - E)`` truncated the same way) joins the terms' sum in
-float64 (exact: below 2**33), whose 24 leading bits (a mask: the truncation to fp32) are scaled
-by ``2**(E - F)`` (exact; a sum of 2**128 or more overflows to +-Inf as in the model).
+underflow in range), one conversion truncating toward zero to int32 and one integer addition.
+c's term (``c * 2**(F - E)`` truncated the same way) joins the sum in one of two ways:
+
+- where the B terms and c's fit int32 together, ``B 2**(F + 2) + 2**(F + 1) < 2**31``
+  (:func:`c_first`: every zoo preset but hopper's and b200's fp16 and bf16, B = 16 with F = 25),
+  c's term is the int32 sum's start, and at the block's end the sum is converted to fp32 truncated
+  toward zero (``vcvtdq2ps {rz-sae}`` on AVX-512; elsewhere exactly to float64, then a mask of its
+  24 leading bits) and scaled by ``2**(E - F)``, E + 127 kept from the block's start. [Note: c
+  first] This halves the block's end (no second E, no second conversion): 16 to 21 % off the B = 4
+  and B = 8 presets' time on the Xeon (docs/performance.md);
+- otherwise c's term joins at the block's end in float64 (exact: below 2**33), whose 24 leading
+  bits (a mask: the truncation to fp32) are scaled by ``2**(E - F)``, E recomputed there.
+
+Either way a sum of 2**128 or more overflows to +-Inf as in the model, and an exact zero is +0.
 
 [Note: the range] Operands whose exponent lies in [EMIN, EMAX] (every fp16 value: its exponents
 are -14 to 15 after the alignment's floor; bf16 and tf32 from 2**-50 to below 2**31) keep every
@@ -24,7 +34,8 @@ float64 kernel (:func:`mmaemu.backends._cpu_zoo.accumulate_wide`).
 Layout: as the AVX-512 FP8 kernel's (:mod:`mmaemu.backends._cpu_fp8`): B in panels of 64 columns,
 ``[panel, k, 64]`` fp32 values and ``[panel, k, 64]`` int8 exponents, k in the plan's order; one
 task per (M tile, panel); per block and pair of rows the maxima, then 8 int32 accumulators and 8
-scale vectors over the block's k.
+scale vectors over the block's k (and, with c first, the 8 vectors of E + 127, which LLVM keeps on
+the stack over the loop).
 """
 
 from __future__ import annotations
@@ -37,7 +48,7 @@ from ..presets import CMode, Preset, Rounding
 from . import _cpu_simd
 from ._cpu_simd import PANEL, panels
 
-__all__ = ["BIAS", "EMAX", "EMIN", "PANEL", "ZERO", "expresses", "kernel", "panel_layout", "panels"]
+__all__ = ["BIAS", "EMAX", "EMIN", "PANEL", "ZERO", "c_first", "expresses", "kernel", "panel_layout", "panels"]
 
 #: The operand exponents the kernel takes (others: their rows are recomputed in float64).
 EMIN, EMAX = -50, 30
@@ -50,12 +61,18 @@ _TO_BIASED = 127 - 2 * BIAS
 #: E + 127 below this (E < -100): the lane keeps c.
 _LO = 27
 
+
 def expresses(preset: Preset) -> bool:
     """Whether the kernel computes ``preset`` for zoo operands: c aligned, terms truncated, 23 <= F <= 26
     (``2**(F - E)`` and ``2**(E - F)`` normal fp32 for E >= -100; a normalisation to fp32's 24 bits),
     and the B terms, below ``2**(F + 2)`` each, together below 2**31 (int32 lanes)."""
     return (preset.c_mode is CMode.ALIGNED and preset.rounding is Rounding.TRUNCATE
             and 23 <= preset.frac_bits <= 26 and preset.block_size * 2 ** (preset.frac_bits + 2) <= 2**31)
+
+
+def c_first(preset: Preset) -> bool:
+    """Whether c's term starts the block's int32 sum: the B terms and c's together below 2**31."""
+    return preset.block_size * 2 ** (preset.frac_bits + 2) + 2 ** (preset.frac_bits + 1) < 2**31
 
 
 try:  # pragma: no cover - exercised where numba is installed (a dependency)
@@ -128,13 +145,53 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled
         return v.max8(e0, f0), v.max8(e1, f1)
 
     @njit(inline="always")
-    def _scales(c: np.ndarray, o: int, em: Any, frac: int) -> tuple[Any, Any, Any, Any]:
-        """One row's four scale vectors ``2**(F - E)`` (E from the block maxima ``em`` and c)."""
-        s0 = v.zoo_scale(v.zoo_exponent0(em, v.load(c, o), _TO_BIASED), frac)
-        s1 = v.zoo_scale(v.zoo_exponent1(em, v.load(c, o + 16), _TO_BIASED), frac)
-        s2 = v.zoo_scale(v.zoo_exponent2(em, v.load(c, o + 32), _TO_BIASED), frac)
-        s3 = v.zoo_scale(v.zoo_exponent3(em, v.load(c, o + 48), _TO_BIASED), frac)
-        return s0, s1, s2, s3
+    def _store_rows(c: np.ndarray, o0: int, o1: int, r00: Any, r01: Any, r02: Any, r03: Any,
+                    r10: Any, r11: Any, r12: Any, r13: Any) -> None:
+        """Both rows' results into c, the second row first (with an odd row count the last row is both)."""
+        v.store(c, o1, r10)
+        v.store(c, o1 + 16, r11)
+        v.store(c, o1 + 32, r12)
+        v.store(c, o1 + 48, r13)
+        v.store(c, o0, r00)
+        v.store(c, o0 + 16, r01)
+        v.store(c, o0 + 32, r02)
+        v.store(c, o0 + 48, r03)
+
+    @njit(inline="always")
+    def _start_row(c: np.ndarray, o: int, em: Any, frac: int, c_first: bool) -> tuple[Any, ...]:
+        """One row's block set-up: E + 127, the scale ``2**(F - E)`` and the int32 sum's start (c's term
+        where ``c_first``, else 0) of its four vectors."""
+        eb0 = v.zoo_exponent0(em, v.load(c, o), _TO_BIASED)
+        eb1 = v.zoo_exponent1(em, v.load(c, o + 16), _TO_BIASED)
+        eb2 = v.zoo_exponent2(em, v.load(c, o + 32), _TO_BIASED)
+        eb3 = v.zoo_exponent3(em, v.load(c, o + 48), _TO_BIASED)
+        s0 = v.zoo_scale(eb0, frac)
+        s1 = v.zoo_scale(eb1, frac)
+        s2 = v.zoo_scale(eb2, frac)
+        s3 = v.zoo_scale(eb3, frac)
+        if c_first:
+            x0 = v.zoo_cterm(v.load(c, o), s0)
+            x1 = v.zoo_cterm(v.load(c, o + 16), s1)
+            x2 = v.zoo_cterm(v.load(c, o + 32), s2)
+            x3 = v.zoo_cterm(v.load(c, o + 48), s3)
+        else:
+            x0 = x1 = x2 = x3 = v.zeros32()
+        return eb0, eb1, eb2, eb3, s0, s1, s2, s3, x0, x1, x2, x3
+
+    @njit(inline="always")
+    def _end_rows_c(c: np.ndarray, o0: int, o1: int, frac: int, eb00: Any, eb01: Any, eb02: Any, eb03: Any,
+                    eb10: Any, eb11: Any, eb12: Any, eb13: Any, x00: Any, x01: Any, x02: Any, x03: Any,
+                    x10: Any, x11: Any, x12: Any, x13: Any) -> None:
+        """c of both rows = the block's results from sums that hold c's term (both rows' c read first)."""
+        r00 = v.zoo_result_c(x00, eb00, v.load(c, o0), frac, _LO)
+        r01 = v.zoo_result_c(x01, eb01, v.load(c, o0 + 16), frac, _LO)
+        r02 = v.zoo_result_c(x02, eb02, v.load(c, o0 + 32), frac, _LO)
+        r03 = v.zoo_result_c(x03, eb03, v.load(c, o0 + 48), frac, _LO)
+        r10 = v.zoo_result_c(x10, eb10, v.load(c, o1), frac, _LO)
+        r11 = v.zoo_result_c(x11, eb11, v.load(c, o1 + 16), frac, _LO)
+        r12 = v.zoo_result_c(x12, eb12, v.load(c, o1 + 32), frac, _LO)
+        r13 = v.zoo_result_c(x13, eb13, v.load(c, o1 + 48), frac, _LO)
+        _store_rows(c, o0, o1, r00, r01, r02, r03, r10, r11, r12, r13)
 
     @njit(inline="always")
     def _result(c_v: Any, x: Any, eb: Any, frac: int) -> Any:
@@ -162,19 +219,12 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled
         r11 = _result(c11, x11, v.zoo_exponent1(e1, c11, _TO_BIASED), frac)
         r12 = _result(c12, x12, v.zoo_exponent2(e1, c12, _TO_BIASED), frac)
         r13 = _result(c13, x13, v.zoo_exponent3(e1, c13, _TO_BIASED), frac)
-        v.store(c, o1, r10)
-        v.store(c, o1 + 16, r11)
-        v.store(c, o1 + 32, r12)
-        v.store(c, o1 + 48, r13)
-        v.store(c, o0, r00)
-        v.store(c, o0 + 16, r01)
-        v.store(c, o0 + 32, r02)
-        v.store(c, o0 + 48, r03)
+        _store_rows(c, o0, o1, r00, r01, r02, r03, r10, r11, r12, r13)
 
     @njit(parallel=True, cache=True)
     def kernel(va: np.ndarray, ea: np.ndarray, bc: np.ndarray, bv: np.ndarray, eb: np.ndarray, blk_start: np.ndarray,
                blk_stop: np.ndarray, chain_blk: np.ndarray, chain_part: np.ndarray, n_parts: int, order: np.ndarray,
-               role: np.ndarray, frac: int, m_tile: int, out: np.ndarray) -> None:
+               role: np.ndarray, frac: int, m_tile: int, c_first: bool, out: np.ndarray) -> None:
         """fp32 accumulators ``out [M, N]`` from A's decoded rows ``va, ea [M, K]`` (k in plan order) and
         B's panels (:func:`panel_layout`); blocks, chains and parts as the FP8 kernel takes them
         (:func:`mmaemu.backends._cpu_fp8.block_bounds`). Chain results are added in fp32 from +0 per
@@ -207,9 +257,10 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled
                         e0, e1 = _row_maxima(eb_f, ea_f, bc, a0, a1, e_base, b0, b1, start)
                         o0 = i * PANEL
                         o1 = i1 * PANEL
-                        s00, s01, s02, s03 = _scales(c, o0, e0, frac)
-                        s10, s11, s12, s13 = _scales(c, o1, e1, frac)
-                        x00 = x01 = x02 = x03 = x10 = x11 = x12 = x13 = v.zeros32()
+                        (eb00, eb01, eb02, eb03, s00, s01, s02, s03,
+                         x00, x01, x02, x03) = _start_row(c, o0, e0, frac, c_first)
+                        (eb10, eb11, eb12, eb13, s10, s11, s12, s13,
+                         x10, x11, x12, x13) = _start_row(c, o1, e1, frac, c_first)
                         for k in range(b0, b1):
                             kb = e_base + k * PANEL
                             y0 = v.load(bv_f, kb)
@@ -226,7 +277,11 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled
                             x11 = v.zoo_term(x11, q, y1, s11)
                             x12 = v.zoo_term(x12, q, y2, s12)
                             x13 = v.zoo_term(x13, q, y3, s13)
-                        _end_rows(c, o0, o1, e0, e1, frac, x00, x01, x02, x03, x10, x11, x12, x13)
+                        if c_first:
+                            _end_rows_c(c, o0, o1, frac, eb00, eb01, eb02, eb03, eb10, eb11, eb12, eb13,
+                                        x00, x01, x02, x03, x10, x11, x12, x13)
+                        else:
+                            _end_rows(c, o0, o1, e0, e1, frac, x00, x01, x02, x03, x10, x11, x12, x13)
                 p_ = chain_part[ch]
                 for i in range(mm):
                     for j in range(PANEL):

@@ -13,7 +13,11 @@ multiple of the 64-column panel. Expected bits come from the reference backend; 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import textwrap
 import warnings
+from pathlib import Path
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -66,14 +70,26 @@ def test_the_zoo_presets_run_on_the_vector_kernel() -> None:
         assert not _cpu_zoo._use_vector(mmaemu.presets.ZOO[(Architecture.HOPPER, mmaemu.formats.WideFormat.FP16)])
 
 
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_c_first_where_the_terms_and_c_fit_int32() -> None:
+    """c's term starts the int32 sum exactly where B 2**(F + 2) + 2**(F + 1) < 2**31: every zoo preset
+    but the B = 16, F = 25 ones (hopper and b200 fp16 and bf16), which add it in float64."""
+    for (arch, fmt), preset in mmaemu.presets.ZOO.items():
+        wide = arch in (Architecture.HOPPER, Architecture.B200) and fmt is not mmaemu.formats.WideFormat.TF32
+        assert _cpu_zoo_vector.c_first(preset) is not wide, (arch, fmt)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("sign", [1.0, -1.0])
-@pytest.mark.parametrize("preset", ["hopper", "b200", "ampere"])
+@pytest.mark.parametrize("preset", ["hopper", "b200", "ampere", "volta"])
 def test_sums_just_below_two_to_the_31(dtype: torch.dtype, sign: float, preset: str) -> None:
-    """Every product of the second block the largest of its exponent (0), one sign, and c of that exponent
+    """Every product of the later blocks the largest of its exponent (0), one sign, and c of that exponent
     (the first block's one product, just below 2): with B = 16 and F = 25 the terms reach 2**31 - 2**22
-    and c's term almost 2**26 more (added in float64, never in int32)."""
-    top = 2.0 - (2.0**-10 if dtype == torch.float16 else 2.0**-7)
+    and c's term almost 2**26 more (added in float64, never in int32); with c first (B <= 8, or tf32)
+    the int32 sum reaches B 2**(F + 2) + 2**(F + 1) less a little, its largest (2**30 + 2**26 for
+    hopper and b200 tf32)."""
+    if preset == "volta" and dtype != torch.float16:
+        pytest.skip("volta's zoo preset is fp16 only")
+    top = 2.0 - (2.0**-7 if dtype == torch.bfloat16 else 2.0**-10)  # fp16 and tf32: 10 fraction bits
     k = 16 * 2 + 5  # a short last block too
     a = torch.full((5, k), top)
     b = torch.full((70, k), sign * top)
@@ -81,10 +97,14 @@ def test_sums_just_below_two_to_the_31(dtype: torch.dtype, sign: float, preset: 
     b[:, 0] = sign * 1.0  # c = top after the first block
     a[1, 16::3] = -a[1, 16::3]  # a row of mixed signs beside the extremes
     b[7] = b[7] * 0.5
-    _check(a.to(dtype), b.to(dtype), preset)
+    if dtype == torch.float32:
+        _check(round_to_tf32(a), round_to_tf32(b), preset)
+    else:
+        _check(a.to(dtype), b.to(dtype), preset)
 
 
-def test_c_far_below_the_products_range_keeps_its_bits() -> None:
+@pytest.mark.parametrize("preset", ["hopper", "ampere"])  # c's term at the block's end, and first
+def test_c_far_below_the_products_range_keeps_its_bits(preset: str) -> None:
     """A cancellation leaves c = 2**-107 (below the kernel's E >= -100); blocks without a nonzero
     product keep c, and a later block of products at 2**-100 truncates it onto their grid."""
     k = 16 * 4
@@ -98,7 +118,7 @@ def test_c_far_below_the_products_range_keeps_its_bits() -> None:
     b[:, 48] = 2.0**-50 * torch.linspace(1, 1.9, 66)
     a[2, 49] = -(2.0**-44)
     b[:, 49] = 2.0**-50 * 1.5  # every operand in the kernel's range: no row is recomputed in float64
-    _check(a.to(torch.bfloat16), b.to(torch.bfloat16), "hopper")
+    _check(a.to(torch.bfloat16), b.to(torch.bfloat16), preset)
 
 
 @pytest.mark.parametrize("fmt", ["bf16", "tf32"])
@@ -135,3 +155,45 @@ def test_split_plans_through_the_backend_protocol(split: SplitK, fast: bool) -> 
     with _portable(False):
         got = _cpu_zoo.accumulate_wide(a, b, preset, plan).values
     assert_bitwise_equal(got, want)
+
+
+_AVX2_RUN = textwrap.dedent("""
+    import sys, warnings
+    sys.path.insert(0, {tests!r})
+    import torch, mmaemu
+    from mmaemu.backends import _cpu_fp8, _cpu_simd
+    from mmaemu.quantization import round_to_tf32
+    from mmaemu.testing import assert_bitwise_equal
+    assert not _cpu_simd.available() and not _cpu_fp8.available(), "compiled for AVX-512"
+    warnings.simplefilter("ignore")
+    gen = torch.Generator().manual_seed(11)
+    top = 2.0 - 2.0**-10
+    a = (torch.randn(7, 37, generator=gen) * 4)
+    b = (torch.randn(67, 37, generator=gen) * 4)
+    a[0], b[0] = top, -top  # the largest products of one sign: sums near the int32 bound
+    a[1, :16] = 2.0 ** -14
+    for dtype, presets in ((torch.float16, ("volta", "ampere", "hopper")), (torch.bfloat16, ("ada", "b200")),
+                           (torch.float32, ("ampere", "hopper"))):
+        x, y = (round_to_tf32(a), round_to_tf32(b)) if dtype == torch.float32 else (a.to(dtype), b.to(dtype))
+        for preset in presets:
+            want = mmaemu.accumulate(x, y, use_fast_accum=True, preset=preset, backend="reference")
+            assert_bitwise_equal(mmaemu.accumulate(x, y, use_fast_accum=True, preset=preset, backend="cpu"), want)
+    print("avx2 paths ok")
+""")
+
+
+def test_the_avx2_paths_where_numba_targets_a_cpu_without_avx512(tmp_path: Path) -> None:
+    """NUMBA_CPU_NAME=haswell: numba compiles for an AVX2 CPU (what a machine without AVX-512 runs), so
+    on any x86-64 machine this checks the vector kernel's non-AVX-512 block end (c first: a float64
+    conversion and a mask instead of ``vcvtdq2ps {rz-sae}``) and the float64 one, against the
+    reference backend; ``_cpu_simd.available()`` must say False there (else the AVX-512 FP8 kernel's
+    intrinsics would not compile)."""
+    import platform
+
+    if platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip("haswell is an x86-64 target")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_")}
+    env.update(NUMBA_CPU_NAME="haswell", MMAEMU_CACHE_DIR=str(tmp_path), MMAEMU_CPU_PORTABLE="0")
+    code = _AVX2_RUN.format(tests=str(Path(__file__).resolve().parents[1]))
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0 and "avx2 paths ok" in run.stdout, run.stderr[-3000:]
