@@ -10,7 +10,8 @@ counts in the machine code:
 - packed int8 maxima (``vpmaxsb``): the block maximum of the exponent sums (both kernels);
 - packed fp32 multiplies (``vmulps`` on ``ymm``/``zmm``): the portable kernel's pass 2;
 - fused multiply-adds rounded toward zero on ``zmm`` (``vfmadd...ps {rz-sae}``): the AVX-512
-  kernel's terms (checked only where the CPU has AVX-512F and AVX-512BW).
+  kernel's terms, and the count's masked int8 increment (``vpaddb ... {%k}``, not a mask moved
+  into a vector and subtracted) (both checked only where the CPU has AVX-512F and AVX-512BW).
 
 Usage: ``python tools/check_vectorised.py``; exits 1 when a loop did not vectorise (x86-64 with
 AVX2 or AVX-512 only; other machines exit 0 with a note).
@@ -44,6 +45,7 @@ CHECKS = {
 #: checked only on a CPU with AVX-512F and BW (where the AVX-512 kernel runs)
 AVX512_CHECKS = {
     "fma toward zero (AVX-512 kernel)": r"\bvfmadd\d{3}ps\s+\{rz-sae\}[^\n]*%zmm",
+    "masked int8 increment (the count)": r"\bvpaddb\b[^\n]*%zmm\d+\s*\{%k\d\}",
 }
 
 

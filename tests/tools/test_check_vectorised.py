@@ -33,6 +33,9 @@ def test_scalar_code_is_not_counted_as_vectorised() -> None:
     rz = "vfmadd231ps\t{rz-sae}, %zmm17, %zmm16, %zmm3\n"
     assert _tool().count(rz, avx512=True)["fma toward zero (AVX-512 kernel)"] == 1
     assert _tool().count("vfmadd231ps\t%zmm17, %zmm16, %zmm3\n", avx512=True)["fma toward zero (AVX-512 kernel)"] == 0
+    masked = "masked int8 increment (the count)"
+    assert _tool().count("vpaddb\t%zmm13, %zmm9, %zmm9 {%k1}\n", avx512=True)[masked] == 1
+    assert _tool().count("vpmovm2b\t%k0, %zmm17\nvpsubb\t%zmm17, %zmm9, %zmm9\n", avx512=True)[masked] == 0
 
 
 @pytest.mark.skipif(platform.machine() != "x86_64" or not _has_avx2(), reason="needs an x86-64 CPU with AVX2")
@@ -42,4 +45,4 @@ def test_the_inner_loops_are_vectorised() -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     from mmaemu.backends import _cpu_fp8
 
-    assert proc.stdout.count(" ok") == (4 if _cpu_fp8.available() else 3)
+    assert proc.stdout.count(" ok") == (5 if _cpu_fp8.available() else 3)
