@@ -51,8 +51,9 @@ def broadcast_table() -> np.ndarray:
     [Note: broadcast vectors] A kernel reads a per-row int8 (an exponent, a lowest bit's exponent) as
     its vector here, a memory operand of the integer instruction that uses it, instead of broadcasting
     a byte from memory or a general register: on Intel cores that broadcast is an instruction of its
-    own on port 5, which the 512-bit integer and FMA instructions share (the FP8 kernel: 5 to 7 % of
-    its time at 2048 x 1920 x 5760 on the Xeon, docs/performance.md).
+    own on port 5, which the 512-bit integer and FMA instructions share (with the count's masked
+    increment, 5 to 12 % of the FP8 kernel's time on the Intel Xeon of 2026-12-05: ad hoc timings,
+    docs/performance.md).
     """
     if not _BROADCAST:
         raw = np.empty(256 * PANEL + PANEL, dtype=np.int8)
