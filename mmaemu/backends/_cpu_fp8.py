@@ -26,7 +26,8 @@ increment is a ``select`` whose 1s LLVM cannot see are constant, which lowers to
 The block maxima take two per row and k (an addition with ``e(a)``'s vector from the same table, a
 maximum). On the Xeon, where 512-bit integer instructions share ports 0 and 5 with the FMAs,
 these integer instructions set the kernel's speed: without the count it took 0.72x the time,
-without the maxima 0.81x, without both (FMAs, set-up and end) 0.47x (docs/performance.md).
+without the maxima 0.81x, without both (FMAs, set-up and end) 0.47x (ad hoc ablations, unverified
+by a committed command; docs/performance.md).
 
 The row side is read as FP8 codes (``[R, K]``, k in the plan's order), each decoded by loads from
 a 256-entry table as the kernel reads it (the fp32 value, broadcast; a word holding the offsets of
@@ -181,9 +182,10 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled
 
     @njit(inline="always")
     def row_word(low: Any, negative: Any) -> Any:
-        """The row side's int32 per element: bits 0-15 the offset of the lowest bit's exponent's vector
-        in :func:`mmaemu.backends._cpu_simd.broadcast_table`, and from bit 16 the offset of the panel's lowest-bit lanes that give
-        a negative product with it (``PANEL`` for a >= 0: b < 0; ``2 * PANEL`` for a < 0: b > 0)."""
+        """The row side's int32 per element: bits 0-15 the offset of the lowest bit's exponent's vector in
+        :func:`mmaemu.backends._cpu_simd.broadcast_table`, and from bit 16 the offset of the panel's
+        lowest-bit lanes that give a negative product with it (``PANEL`` for a >= 0: b < 0;
+        ``2 * PANEL`` for a < 0: b > 0)."""
         return np.int32(((low & 0xFF) * PANEL) | ((PANEL + PANEL * np.int32(negative)) << 16))
 
     @njit(cache=True)
@@ -249,6 +251,11 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled
             inf_tiles[t] = n_inf != 0
 
     @njit(inline="always")
+    def _e_of(ca: np.ndarray, e_at: np.ndarray, bc: np.ndarray, off: int) -> Any:
+        """The exponent of the row element ``ca[off]`` (a code) in 64 lanes: its vector in the table ``bc``."""
+        return v.load8(bc, np.int64(v.scalar(e_at, np.int64(v.scalar(ca, off)))))
+
+    @njit(inline="always")
     def _row_maxima(eb: np.ndarray, ca: np.ndarray, e_at: np.ndarray, bc: np.ndarray, a0: int, a1: int, e_base: int,
                     b0: int, b1: int, start: Any) -> tuple[Any, Any]:
         """The block maxima of ``e(a) + e(b)`` of two rows over one panel (64 int8 lanes each); ``e(a)``
@@ -264,15 +271,15 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled
         while k + 2 <= b1:
             r = v.load8(eb, e_base + k * 3 * PANEL)
             s = v.load8(eb, e_base + (k + 1) * 3 * PANEL)
-            e0 = v.max8(e0, v.add8(r, v.load8(bc, np.int64(v.scalar(e_at, np.int64(v.scalar(ca, a0 + k)))))))
-            e1 = v.max8(e1, v.add8(r, v.load8(bc, np.int64(v.scalar(e_at, np.int64(v.scalar(ca, a1 + k)))))))
-            f0 = v.max8(f0, v.add8(s, v.load8(bc, np.int64(v.scalar(e_at, np.int64(v.scalar(ca, a0 + k + 1)))))))
-            f1 = v.max8(f1, v.add8(s, v.load8(bc, np.int64(v.scalar(e_at, np.int64(v.scalar(ca, a1 + k + 1)))))))
+            e0 = v.max8(e0, v.add8(r, _e_of(ca, e_at, bc, a0 + k)))
+            e1 = v.max8(e1, v.add8(r, _e_of(ca, e_at, bc, a1 + k)))
+            f0 = v.max8(f0, v.add8(s, _e_of(ca, e_at, bc, a0 + k + 1)))
+            f1 = v.max8(f1, v.add8(s, _e_of(ca, e_at, bc, a1 + k + 1)))
             k += 2
         if k < b1:
             r = v.load8(eb, e_base + k * 3 * PANEL)
-            e0 = v.max8(e0, v.add8(r, v.load8(bc, np.int64(v.scalar(e_at, np.int64(v.scalar(ca, a0 + k)))))))
-            e1 = v.max8(e1, v.add8(r, v.load8(bc, np.int64(v.scalar(e_at, np.int64(v.scalar(ca, a1 + k)))))))
+            e0 = v.max8(e0, v.add8(r, _e_of(ca, e_at, bc, a0 + k)))
+            e1 = v.max8(e1, v.add8(r, _e_of(ca, e_at, bc, a1 + k)))
         return v.max8(e0, f0), v.max8(e1, f1)
 
     @njit(inline="always")
@@ -301,8 +308,8 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled
 
     @njit(inline="always")
     def _step(ca: np.ndarray, values: np.ndarray, words: np.ndarray, bc: np.ndarray, eb: np.ndarray, ao: int, kl: int,
-              g: Any, n: Any,
-              b0: Any, b1: Any, b2: Any, b3: Any, x0: Any, x1: Any, x2: Any, x3: Any) -> tuple[Any, ...]:
+              g: Any, n: Any, b0: Any, b1: Any, b2: Any, b3: Any, x0: Any, x1: Any, x2: Any,
+              x3: Any) -> tuple[Any, ...]:
         """One k of one row: a times B added rounded down onto the grid, and the negative products
         below the grid counted (each was rounded one unit further from zero than truncation)."""
         code = np.int64(v.scalar(ca, ao))

@@ -14,7 +14,8 @@ c's term (``c * 2**(F - E)`` truncated the same way) joins the sum in one of two
   toward zero (``vcvtdq2ps {rz-sae}`` on AVX-512; elsewhere exactly to float64, then a mask of its
   24 leading bits) and scaled by ``2**(E - F)``, E + 127 kept from the block's start. [Note: c
   first] This halves the block's end (no second E, no second conversion): 16 to 21 % off the B = 4
-  and B = 8 presets' time on the Xeon (docs/performance.md);
+  and B = 8 presets' single-thread time on the Xeon (ad hoc timings, unverified by a committed
+  command; the bench's figures are in docs/performance.md);
 - otherwise c's term joins at the block's end in float64 (exact: below 2**33), whose 24 leading
   bits (a mask: the truncation to fp32) are scaled by ``2**(E - F)``, E recomputed there.
 

@@ -238,7 +238,8 @@ def accumulate(a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: Accumulat
     if a.device.type != "cpu" or b.device.type != "cpu":
         raise BackendUnavailableError("backend 'cpu' runs on CPU tensors only")
     if a.dtype not in FP8_DTYPES:
-        _numba_cache.announce_first_compile(kernel_module(preset, zoo=True), "the cpu backend's kernels for the zoo formats")
+        _numba_cache.announce_first_compile(kernel_module(preset, zoo=True),
+                                            "the cpu backend's kernels for the zoo formats")
         return _cpu_zoo.accumulate_wide(a, b, preset, plan)
     _numba_cache.announce_first_compile(kernel_module(preset, zoo=False), "the cpu backend's kernels")
     m, n = a.shape[0], b.shape[0]
