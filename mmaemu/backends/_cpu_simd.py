@@ -399,7 +399,7 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled code
     @intrinsic
     def zoo_scale(typingctx: Any, eb: Any, frac: Any) -> Any:
         """``2**(F - E)`` from ``eb = E + 127`` (the bits ``(F + 254 - eb) << 23``; meaningless where E is
-        outside the kernel's range: those lanes keep c, :func:`zoo_result`)."""
+        outside the kernel's range: those lanes keep c, :func:`zoo_result_c`)."""
         def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
             f = context.cast(builder, args[1], sig.args[1], types.int32)
             k = _splat(builder, _VI, builder.add(f, ir.Constant(_I32, 254)))
@@ -422,37 +422,51 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled code
             return builder.add(args[0], builder.fptosi(p, _VI))
         return I32X16(I32X16, F32X16, F32X16, F32X16), codegen
 
-    @intrinsic
-    def zoo_result(typingctx: Any, acc: Any, cterm: Any, eb: Any, c: Any, frac: Any, lo: Any) -> Any:
-        """The block's fp32 results from the int32 sums ``acc`` and ``cterm`` (``eb = E + 127``).
+    def _keep_c(context: Any, builder: Any, eb: Any, c: Any, r: Any, lo: Any, lo_type: Any) -> Any:
+        """``r``, or ``c + 0`` in the lanes with ``eb < lo`` or ``eb == 255`` (one unsigned comparison)."""
+        low = _splat(builder, _VI, context.cast(builder, lo, lo_type, types.int32))
+        keep = builder.icmp_unsigned(">=", builder.sub(eb, low), builder.sub(_ints([255] * 16), low))
+        return builder.select(keep, builder.fadd(c, ir.Constant(_VF, [0.0] * 16)), r)
 
-        ``acc + cterm`` is exact in float64 (below 2**33); keeping its 24 leading significand bits
-        (a mask) truncates it toward zero to fp32 (fp32's normalisation), converted exactly, and
-        scaled by ``2**(E - F)``: exact for E - F >= -126, and a sum of 2**128 or more overflows to
-        +-Inf, as in the model. An exact zero is +0. Lanes with ``eb < lo`` (E below the kernel's
-        range: no nonzero product, c tiny) or ``eb == 255`` (c infinite) give ``c + 0`` instead (one
-        unsigned comparison of ``eb - lo``).
+    def _unit(context: Any, builder: Any, eb: Any, frac: Any, frac_type: Any) -> Any:
+        """``2**(E - F)`` from ``eb = E + 127``."""
+        f = context.cast(builder, frac, frac_type, types.int32)
+        return builder.bitcast(builder.shl(builder.sub(eb, _splat(builder, _VI, f)), _ints([23] * 16)), _VF)
+
+    @intrinsic
+    def zoo_result_wrapped(typingctx: Any, acc: Any, eb: Any, c: Any, frac: Any, lo: Any) -> Any:
+        """The block's fp32 results from ``acc``, the int32 sum of its terms and c's (``eb = E + 127``)
+        taken modulo 2**32, where the terms' sum alone is below 2**31 in magnitude.
+
+        c's term (:func:`zoo_cterm`, recomputed as the block's set-up computed it) comes off ``acc``
+        modulo 2**32, which leaves the terms' sum exactly; that sum plus c's term, exact in float64
+        (below 2**33), keeps its 24 leading significand bits (a mask: the truncation toward zero to
+        fp32), is converted exactly and scaled by ``2**(E - F)``: exact for E - F >= -126, and a sum of
+        2**128 or more overflows to +-Inf, as in the model. An exact zero is +0. Lanes with
+        ``eb < lo`` (E below the kernel's range: no nonzero product, c tiny) or ``eb == 255`` (c
+        infinite) give ``c + 0``.
         """
         def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-            x = builder.fadd(builder.sitofp(args[0], _VD), builder.sitofp(args[1], _VD))
+            f = context.cast(builder, args[3], sig.args[3], types.int32)
+            k = _splat(builder, _VI, builder.add(f, ir.Constant(_I32, 254)))
+            scale = builder.bitcast(builder.shl(builder.sub(k, args[1]), _ints([23] * 16)), _VF)
+            cterm = builder.fptosi(builder.fmul(args[2], scale), _VI)
+            terms = builder.sub(args[0], cterm)
+            x = builder.fadd(builder.sitofp(terms, _VD), builder.sitofp(cterm, _VD))
             x = builder.bitcast(builder.and_(builder.bitcast(x, _VQ), ir.Constant(_VQ, [_KEEP_24] * 16)), _VD)
-            f = context.cast(builder, args[4], sig.args[4], types.int32)
-            unit = builder.bitcast(builder.shl(builder.sub(args[2], _splat(builder, _VI, f)), _ints([23] * 16)), _VF)
-            r = builder.fmul(builder.fptrunc(x, _VF), unit)
-            lo = _splat(builder, _VI, context.cast(builder, args[5], sig.args[5], types.int32))
-            keep = builder.icmp_unsigned(">=", builder.sub(args[2], lo), builder.sub(_ints([255] * 16), lo))
-            return builder.select(keep, builder.fadd(args[3], ir.Constant(_VF, [0.0] * 16)), r)
-        return F32X16(I32X16, I32X16, I32X16, F32X16, frac, lo), codegen
+            r = builder.fmul(builder.fptrunc(x, _VF), _unit(context, builder, args[1], args[3], sig.args[3]))
+            return _keep_c(context, builder, args[1], args[2], r, args[4], sig.args[4])
+        return F32X16(I32X16, I32X16, F32X16, frac, lo), codegen
 
     @intrinsic
     def zoo_result_c(typingctx: Any, acc: Any, eb: Any, c: Any, frac: Any, lo: Any) -> Any:
         """The block's fp32 results from the int32 sums ``acc`` of its terms and c's (``eb = E + 127``),
-        where ``|acc| < 2**31`` (the caller's capacity bound).
+        where that sum did not pass 2**31 in magnitude (:func:`beyond_2_30` says where it may have).
 
         ``acc`` truncated toward zero to fp32 (its 24 leading bits: ``vcvtdq2ps {rz-sae}`` where the
         CPU has AVX-512, else a float64 conversion, exact, and a mask), scaled by ``2**(E - F)`` as in
-        :func:`zoo_result` (a sum of 2**128 or more overflows to +-Inf; an exact zero is +0); lanes with
-        ``eb < lo`` or ``eb == 255`` give ``c + 0``.
+        :func:`zoo_result_wrapped` (a sum of 2**128 or more overflows to +-Inf; an exact zero is +0);
+        lanes with ``eb < lo`` or ``eb == 255`` give ``c + 0``.
         """
         def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
             if available():
@@ -463,17 +477,19 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled code
                 x = builder.sitofp(args[0], _VD)
                 x = builder.bitcast(builder.and_(builder.bitcast(x, _VQ), ir.Constant(_VQ, [_KEEP_24] * 16)), _VD)
                 t = builder.fptrunc(x, _VF)
-            f = context.cast(builder, args[3], sig.args[3], types.int32)
-            unit = builder.bitcast(builder.shl(builder.sub(args[1], _splat(builder, _VI, f)), _ints([23] * 16)), _VF)
-            r = builder.fmul(t, unit)
-            low = _splat(builder, _VI, context.cast(builder, args[4], sig.args[4], types.int32))
-            keep = builder.icmp_unsigned(">=", builder.sub(args[1], low), builder.sub(_ints([255] * 16), low))
-            return builder.select(keep, builder.fadd(args[2], ir.Constant(_VF, [0.0] * 16)), r)
+            r = builder.fmul(t, _unit(context, builder, args[1], args[3], sig.args[3]))
+            return _keep_c(context, builder, args[1], args[2], r, args[4], sig.args[4])
         return F32X16(I32X16, I32X16, F32X16, frac, lo), codegen
 
     @intrinsic
-    def zeros32(typingctx: Any) -> Any:
-        """16 int32 zeros."""
+    def beyond_2_30(typingctx: Any, x0: Any, x1: Any, x2: Any, x3: Any, x4: Any, x5: Any, x6: Any, x7: Any) -> Any:
+        """Whether a lane of the eight int32 vectors lies outside [-2**30, 2**30): each plus 2**30, ORed
+        together, has its sign bit set in some lane (about 2 instructions per vector)."""
         def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-            return ir.Constant(_VI, [0] * 16)
-        return I32X16(), codegen
+            half = _ints([1 << 30] * 16)
+            acc = builder.add(args[0], half)
+            for x in args[1:]:
+                acc = builder.or_(acc, builder.add(x, half))
+            negative = builder.icmp_signed("<", acc, _ints([0] * 16))
+            return builder.icmp_unsigned("!=", builder.bitcast(negative, ir.IntType(16)), ir.Constant(ir.IntType(16), 0))
+        return types.boolean(*([I32X16] * 8)), codegen

@@ -320,7 +320,7 @@ def _accumulate_vector(a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: A
         z.kernel(va, ea, _cpu_simd.broadcast_table(), bv, be, starts, stops, first,
                  np.asarray(flat.chain_part, np.int64), len(plan.parts), np.asarray(flat.order, np.int64),
                  np.asarray(flat.role, np.int64), preset.frac_bits,
-                 panel_rows(m, n_panels, numba.get_num_threads()), z.c_first(preset), out)
+                 panel_rows(m, n_panels, numba.get_num_threads()), z.may_wrap(preset), out)
     result = torch.from_numpy(out)
     _recompute_wide(result, a, b, a_wide, b_wide, preset, plan)
     return Accumulated(result, inf)

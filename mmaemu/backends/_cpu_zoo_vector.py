@@ -6,20 +6,26 @@ vectors (:mod:`mmaemu.backends._cpu_simd`, plain LLVM vector instructions: AVX-5
 held in registers over a block: per product one fp32 multiplication (exact: at most 22
 significant bits), one multiplication by the block's ``2**(F - E)`` (exact: a power of two, no
 underflow in range), one conversion truncating toward zero to int32 and one integer addition.
-c's term (``c * 2**(F - E)`` truncated the same way) joins the sum in one of two ways:
+c's term (``c * 2**(F - E)`` truncated the same way) is the int32 sum's start; at the block's end
+the sum is converted to fp32 truncated toward zero (``vcvtdq2ps {rz-sae}`` on AVX-512; elsewhere
+exactly to float64, then a mask of its 24 leading bits) and scaled by ``2**(E - F)``, E + 127 kept
+from the block's start. [Note: c first] This halves the block's end against adding c's term
+there (no second E, no second conversion): 16 to 21 % off the B = 4 and B = 8 presets'
+single-thread time on the Xeon, about 9 % off the B = 16 ones (ad hoc timings, unverified by a
+committed command; the bench's figures are in docs/performance.md).
 
-- where the B terms and c's fit int32 together, ``B 2**(F + 2) + 2**(F + 1) < 2**31``
-  (:func:`c_first`: every zoo preset but hopper's and b200's fp16 and bf16, B = 16 with F = 25),
-  c's term is the int32 sum's start, and at the block's end the sum is converted to fp32 truncated
-  toward zero (``vcvtdq2ps {rz-sae}`` on AVX-512; elsewhere exactly to float64, then a mask of its
-  24 leading bits) and scaled by ``2**(E - F)``, E + 127 kept from the block's start. [Note: c
-  first] This halves the block's end (no second E, no second conversion): 16 to 21 % off the B = 4
-  and B = 8 presets' single-thread time on the Xeon (ad hoc timings, unverified by a committed
-  command; the bench's figures are in docs/performance.md);
-- otherwise c's term joins at the block's end in float64 (exact: below 2**33), whose 24 leading
-  bits (a mask: the truncation to fp32) are scaled by ``2**(E - F)``, E recomputed there.
+[Note: int32 wrap] The B terms are below ``2**(F + 2)`` each, so their sum is below 2**31 for every
+preset the kernel takes (:func:`expresses`), but c's term (below ``2**(F + 1)``) can take the sum
+past 2**31 where ``B 2**(F + 2) + 2**(F + 1) >= 2**31`` (:func:`may_wrap`: hopper's and b200's fp16
+and bf16, B = 16 with F = 25, when nearly all 16 products are of the block's largest exponent and
+one sign). There the int32 addition wraps modulo 2**32. A wrapped sum lies within 2**(F + 1) of
+-2**31 or of 2**31, so a block whose sums all lie in [-2**30, 2**30) (one test per 8 vectors,
+:func:`mmaemu.backends._cpu_simd.beyond_2_30`) did not wrap; otherwise (rare: sums of 8 or more
+maximal terms of one sign) c's term is recomputed and taken off modulo 2**32, which leaves the
+terms' exact sum, and the two are added in float64 (exact: below 2**33) before the same
+truncation.
 
-Either way a sum of 2**128 or more overflows to +-Inf as in the model, and an exact zero is +0.
+A sum of 2**128 or more overflows to +-Inf as in the model, and an exact zero is +0.
 
 [Note: the range] Operands whose exponent lies in [EMIN, EMAX] (every fp16 value: its exponents
 are -14 to 15 after the alignment's floor; bf16 and tf32 from 2**-50 to below 2**31) keep every
@@ -35,8 +41,8 @@ float64 kernel (:func:`mmaemu.backends._cpu_zoo.accumulate_wide`).
 Layout: as the AVX-512 FP8 kernel's (:mod:`mmaemu.backends._cpu_fp8`): B in panels of 64 columns,
 ``[panel, k, 64]`` fp32 values and ``[panel, k, 64]`` int8 exponents, k in the plan's order; one
 task per (M tile, panel); per block and pair of rows the maxima, then 8 int32 accumulators and 8
-scale vectors over the block's k (and, with c first, the 8 vectors of E + 127, which LLVM keeps on
-the stack over the loop).
+scale vectors over the block's k (and the 8 vectors of E + 127, which LLVM keeps on the stack over
+the loop).
 """
 
 from __future__ import annotations
@@ -49,7 +55,7 @@ from ..presets import CMode, Preset, Rounding
 from . import _cpu_simd
 from ._cpu_simd import PANEL, panels
 
-__all__ = ["BIAS", "EMAX", "EMIN", "PANEL", "ZERO", "c_first", "expresses", "kernel", "panel_layout", "panels"]
+__all__ = ["BIAS", "EMAX", "EMIN", "PANEL", "ZERO", "expresses", "may_wrap", "kernel", "panel_layout", "panels"]
 
 #: The operand exponents the kernel takes (others: their rows are recomputed in float64).
 EMIN, EMAX = -50, 30
@@ -71,9 +77,10 @@ def expresses(preset: Preset) -> bool:
             and 23 <= preset.frac_bits <= 26 and preset.block_size * 2 ** (preset.frac_bits + 2) <= 2**31)
 
 
-def c_first(preset: Preset) -> bool:
-    """Whether c's term starts the block's int32 sum: the B terms and c's together below 2**31."""
-    return preset.block_size * 2 ** (preset.frac_bits + 2) + 2 ** (preset.frac_bits + 1) < 2**31
+def may_wrap(preset: Preset) -> bool:
+    """Whether the block's int32 sum, c's term included, may pass 2**31 in magnitude (the B terms and
+    c's together not below 2**31): the kernel then checks each block's sums ([Note: int32 wrap])."""
+    return preset.block_size * 2 ** (preset.frac_bits + 2) + 2 ** (preset.frac_bits + 1) >= 2**31
 
 
 try:  # pragma: no cover - exercised where numba is installed (a dependency)
@@ -159,9 +166,9 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled
         v.store(c, o0 + 48, r03)
 
     @njit(inline="always")
-    def _start_row(c: np.ndarray, o: int, em: Any, frac: int, c_first: bool) -> tuple[Any, ...]:
-        """One row's block set-up: E + 127, the scale ``2**(F - E)`` and the int32 sum's start (c's term
-        where ``c_first``, else 0) of its four vectors."""
+    def _start_row(c: np.ndarray, o: int, em: Any, frac: int) -> tuple[Any, ...]:
+        """One row's block set-up: E + 127, the scale ``2**(F - E)`` and the int32 sum's start (c's term)
+        of its four vectors."""
         eb0 = v.zoo_exponent0(em, v.load(c, o), _TO_BIASED)
         eb1 = v.zoo_exponent1(em, v.load(c, o + 16), _TO_BIASED)
         eb2 = v.zoo_exponent2(em, v.load(c, o + 32), _TO_BIASED)
@@ -170,20 +177,34 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled
         s1 = v.zoo_scale(eb1, frac)
         s2 = v.zoo_scale(eb2, frac)
         s3 = v.zoo_scale(eb3, frac)
-        if c_first:
-            x0 = v.zoo_cterm(v.load(c, o), s0)
-            x1 = v.zoo_cterm(v.load(c, o + 16), s1)
-            x2 = v.zoo_cterm(v.load(c, o + 32), s2)
-            x3 = v.zoo_cterm(v.load(c, o + 48), s3)
-        else:
-            x0 = x1 = x2 = x3 = v.zeros32()
+        x0 = v.zoo_cterm(v.load(c, o), s0)
+        x1 = v.zoo_cterm(v.load(c, o + 16), s1)
+        x2 = v.zoo_cterm(v.load(c, o + 32), s2)
+        x3 = v.zoo_cterm(v.load(c, o + 48), s3)
         return eb0, eb1, eb2, eb3, s0, s1, s2, s3, x0, x1, x2, x3
 
     @njit(inline="always")
-    def _end_rows_c(c: np.ndarray, o0: int, o1: int, frac: int, eb00: Any, eb01: Any, eb02: Any, eb03: Any,
-                    eb10: Any, eb11: Any, eb12: Any, eb13: Any, x00: Any, x01: Any, x02: Any, x03: Any,
-                    x10: Any, x11: Any, x12: Any, x13: Any) -> None:
-        """c of both rows = the block's results from sums that hold c's term (both rows' c read first)."""
+    def _end_rows(c: np.ndarray, o0: int, o1: int, frac: int, check: bool, eb00: Any, eb01: Any, eb02: Any,
+                  eb03: Any, eb10: Any, eb11: Any, eb12: Any, eb13: Any, x00: Any, x01: Any, x02: Any, x03: Any,
+                  x10: Any, x11: Any, x12: Any, x13: Any) -> None:
+        """c of both rows = the block's results from the int32 sums of its terms and c's; where ``check``,
+        sums that may have wrapped ([Note: int32 wrap]) take the float64 end. Both rows' c are read
+        before either is written (with an odd row count the last row is both)."""
+        if check and v.beyond_2_30(x00, x01, x02, x03, x10, x11, x12, x13):
+            c00 = v.load(c, o0)
+            c01 = v.load(c, o0 + 16)
+            c02 = v.load(c, o0 + 32)
+            c03 = v.load(c, o0 + 48)
+            c10 = v.load(c, o1)
+            c11 = v.load(c, o1 + 16)
+            c12 = v.load(c, o1 + 32)
+            c13 = v.load(c, o1 + 48)
+            _store_rows(c, o0, o1, v.zoo_result_wrapped(x00, eb00, c00, frac, _LO),
+                        v.zoo_result_wrapped(x01, eb01, c01, frac, _LO), v.zoo_result_wrapped(x02, eb02, c02, frac, _LO),
+                        v.zoo_result_wrapped(x03, eb03, c03, frac, _LO), v.zoo_result_wrapped(x10, eb10, c10, frac, _LO),
+                        v.zoo_result_wrapped(x11, eb11, c11, frac, _LO), v.zoo_result_wrapped(x12, eb12, c12, frac, _LO),
+                        v.zoo_result_wrapped(x13, eb13, c13, frac, _LO))
+            return
         r00 = v.zoo_result_c(x00, eb00, v.load(c, o0), frac, _LO)
         r01 = v.zoo_result_c(x01, eb01, v.load(c, o0 + 16), frac, _LO)
         r02 = v.zoo_result_c(x02, eb02, v.load(c, o0 + 32), frac, _LO)
@@ -194,42 +215,14 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled
         r13 = v.zoo_result_c(x13, eb13, v.load(c, o1 + 48), frac, _LO)
         _store_rows(c, o0, o1, r00, r01, r02, r03, r10, r11, r12, r13)
 
-    @njit(inline="always")
-    def _result(c_v: Any, x: Any, eb: Any, frac: int) -> Any:
-        """One vector of a block's results from its terms' sum ``x`` and c (``eb``: E + 127 of its lanes)."""
-        return v.zoo_result(x, v.zoo_cterm(c_v, v.zoo_scale(eb, frac)), eb, c_v, frac, _LO)
-
-    @njit(inline="always")
-    def _end_rows(c: np.ndarray, o0: int, o1: int, e0: Any, e1: Any, frac: int,
-                  x00: Any, x01: Any, x02: Any, x03: Any, x10: Any, x11: Any, x12: Any, x13: Any) -> None:
-        """c of both rows = the block's results (both rows' c read before either is written: with an
-        odd row count the last row is both)."""
-        c00 = v.load(c, o0)
-        c01 = v.load(c, o0 + 16)
-        c02 = v.load(c, o0 + 32)
-        c03 = v.load(c, o0 + 48)
-        c10 = v.load(c, o1)
-        c11 = v.load(c, o1 + 16)
-        c12 = v.load(c, o1 + 32)
-        c13 = v.load(c, o1 + 48)
-        r00 = _result(c00, x00, v.zoo_exponent0(e0, c00, _TO_BIASED), frac)
-        r01 = _result(c01, x01, v.zoo_exponent1(e0, c01, _TO_BIASED), frac)
-        r02 = _result(c02, x02, v.zoo_exponent2(e0, c02, _TO_BIASED), frac)
-        r03 = _result(c03, x03, v.zoo_exponent3(e0, c03, _TO_BIASED), frac)
-        r10 = _result(c10, x10, v.zoo_exponent0(e1, c10, _TO_BIASED), frac)
-        r11 = _result(c11, x11, v.zoo_exponent1(e1, c11, _TO_BIASED), frac)
-        r12 = _result(c12, x12, v.zoo_exponent2(e1, c12, _TO_BIASED), frac)
-        r13 = _result(c13, x13, v.zoo_exponent3(e1, c13, _TO_BIASED), frac)
-        _store_rows(c, o0, o1, r00, r01, r02, r03, r10, r11, r12, r13)
-
     @njit(parallel=True, cache=True)
     def kernel(va: np.ndarray, ea: np.ndarray, bc: np.ndarray, bv: np.ndarray, eb: np.ndarray, blk_start: np.ndarray,
                blk_stop: np.ndarray, chain_blk: np.ndarray, chain_part: np.ndarray, n_parts: int, order: np.ndarray,
-               role: np.ndarray, frac: int, m_tile: int, c_first: bool, out: np.ndarray) -> None:
+               role: np.ndarray, frac: int, m_tile: int, check_wrap: bool, out: np.ndarray) -> None:
         """fp32 accumulators ``out [M, N]`` from A's decoded rows ``va, ea [M, K]`` (k in plan order) and
         B's panels (:func:`panel_layout`); blocks, chains and parts as the FP8 kernel takes them
         (:func:`mmaemu.backends._cpu_fp8.block_bounds`). Chain results are added in fp32 from +0 per
-        part, and the parts combined in the scheme's order."""
+        part, and the parts combined in the scheme's order; ``check_wrap``: :func:`may_wrap`."""
         m_rows, k_row = va.shape
         n_cols = out.shape[1]
         n_panels, k_all = eb.shape[0], eb.shape[1]
@@ -259,9 +252,9 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled
                         o0 = i * PANEL
                         o1 = i1 * PANEL
                         (eb00, eb01, eb02, eb03, s00, s01, s02, s03,
-                         x00, x01, x02, x03) = _start_row(c, o0, e0, frac, c_first)
+                         x00, x01, x02, x03) = _start_row(c, o0, e0, frac)
                         (eb10, eb11, eb12, eb13, s10, s11, s12, s13,
-                         x10, x11, x12, x13) = _start_row(c, o1, e1, frac, c_first)
+                         x10, x11, x12, x13) = _start_row(c, o1, e1, frac)
                         for k in range(b0, b1):
                             kb = e_base + k * PANEL
                             y0 = v.load(bv_f, kb)
@@ -278,11 +271,8 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled
                             x11 = v.zoo_term(x11, q, y1, s11)
                             x12 = v.zoo_term(x12, q, y2, s12)
                             x13 = v.zoo_term(x13, q, y3, s13)
-                        if c_first:
-                            _end_rows_c(c, o0, o1, frac, eb00, eb01, eb02, eb03, eb10, eb11, eb12, eb13,
-                                        x00, x01, x02, x03, x10, x11, x12, x13)
-                        else:
-                            _end_rows(c, o0, o1, e0, e1, frac, x00, x01, x02, x03, x10, x11, x12, x13)
+                        _end_rows(c, o0, o1, frac, check_wrap, eb00, eb01, eb02, eb03, eb10, eb11, eb12, eb13,
+                                  x00, x01, x02, x03, x10, x11, x12, x13)
                 p_ = chain_part[ch]
                 for i in range(mm):
                     for j in range(PANEL):

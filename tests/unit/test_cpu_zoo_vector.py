@@ -1,9 +1,10 @@
 """The cpu backend's vector zoo kernel (``mmaemu.backends._cpu_zoo_vector``) at the edges of its formulation.
 
-The kernel keeps each block's terms in int32 lanes, adds c's term in float64 at the block's end,
-truncates to fp32 by a mask, and leaves c alone in lanes whose E is below its range. These tests
-aim at what that could get wrong: sums just below 2**31 (B = 16, F = 25, the largest products and
-c of the same exponent), c far below the products' range after a cancellation (the lanes that keep
+The kernel starts each block's int32 sum with c's term, truncates the sum to fp32, and leaves c
+alone in lanes whose E is below its range. These tests aim at what that could get wrong: sums just
+below 2**31 and, with c's term, past it (B = 16, F = 25, the largest products and c of the same
+exponent: the int32 sum wraps and the block takes the float64 end), sums in [2**30, 2**31) that
+did not wrap, c far below the products' range after a cancellation (the lanes that keep
 c), operand exponents at the edges of [EMIN, EMAX] and just outside (rows recomputed in float64),
 split plans with their permuted k (the backend protocol takes any plan), odd row counts and N not a
 multiple of the 64-column panel. Expected bits come from the reference backend; the loop kernels
@@ -70,12 +71,12 @@ def test_the_zoo_presets_run_on_the_vector_kernel() -> None:
         assert not _cpu_zoo._use_vector(mmaemu.presets.ZOO[(Architecture.HOPPER, mmaemu.formats.WideFormat.FP16)])
 
 
-def test_c_first_where_the_terms_and_c_fit_int32() -> None:
-    """c's term starts the int32 sum exactly where B 2**(F + 2) + 2**(F + 1) < 2**31: every zoo preset
-    but the B = 16, F = 25 ones (hopper and b200 fp16 and bf16), which add it in float64."""
+def test_the_wrap_check_where_the_terms_and_c_may_pass_int32() -> None:
+    """The blocks' sums are checked for an int32 wrap exactly where B 2**(F + 2) + 2**(F + 1) >= 2**31:
+    the B = 16, F = 25 presets (hopper and b200 fp16 and bf16)."""
     for (arch, fmt), preset in mmaemu.presets.ZOO.items():
         wide = arch in (Architecture.HOPPER, Architecture.B200) and fmt is not mmaemu.formats.WideFormat.TF32
-        assert _cpu_zoo_vector.c_first(preset) is not wide, (arch, fmt)
+        assert _cpu_zoo_vector.may_wrap(preset) is wide, (arch, fmt)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
@@ -84,9 +85,11 @@ def test_c_first_where_the_terms_and_c_fit_int32() -> None:
 def test_sums_just_below_two_to_the_31(dtype: torch.dtype, sign: float, preset: str) -> None:
     """Every product of the later blocks the largest of its exponent (0), one sign, and c of that exponent
     (the first block's one product, just below 2): with B = 16 and F = 25 the terms reach 2**31 - 2**22
-    and c's term almost 2**26 more (added in float64, never in int32); with c first (B <= 8, or tf32)
-    the int32 sum reaches B 2**(F + 2) + 2**(F + 1) less a little, its largest (2**30 + 2**26 for
-    hopper and b200 tf32)."""
+    and c's term almost 2**26 more, so the int32 sum wraps (row 0) and the block takes the float64
+    end; elsewhere (B <= 8, or tf32) the int32 sum reaches B 2**(F + 2) + 2**(F + 1) less a little,
+    its largest (2**30 + 2**26 for hopper and b200 tf32). Row 1 mixes signs (a sum near 2**29);
+    row 2 has 12 terms of one sign and 4 of the other per block (a sum near 2**30: checked, no
+    wrap); row 3 one of each sign beside 14 zeros (far below)."""
     if preset == "volta" and dtype != torch.float16:
         pytest.skip("volta's zoo preset is fp16 only")
     top = 2.0 - (2.0**-7 if dtype == torch.bfloat16 else 2.0**-10)  # fp16 and tf32: 10 fraction bits
@@ -96,6 +99,9 @@ def test_sums_just_below_two_to_the_31(dtype: torch.dtype, sign: float, preset: 
     a[:, 1:16] = 0.0
     b[:, 0] = sign * 1.0  # c = top after the first block
     a[1, 16::3] = -a[1, 16::3]  # a row of mixed signs beside the extremes
+    a[2, 16::4] = -a[2, 16::4]  # 12 - 4 = 8 maximal terms per block: 2**30 less a little, plus c's
+    a[3, 18:32] = 0.0
+    a[3, 17] = -a[3, 17]
     b[7] = b[7] * 0.5
     if dtype == torch.float32:
         _check(round_to_tf32(a), round_to_tf32(b), preset)
