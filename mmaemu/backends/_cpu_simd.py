@@ -380,30 +380,58 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled code
         def __init__(self, dmm: Any, fe_type: Any) -> None:
             super().__init__(dmm, fe_type, _VI)
 
+    # [Note: shifted exponents] The zoo kernel holds each lane's E + 127 shifted into fp32's exponent
+    # field, ``(E + 127) << 23`` (``ebs``): c's exponent field is then one AND of c's bits, and the
+    # block's scale ``2**(F - E)`` and unit ``2**(E - F)`` are one integer subtraction each (their
+    # bits ``((F + 254) << 23) - ebs`` and ``ebs - (F << 23)``, modulo 2**32).
+
+    def _i32(context: Any, builder: Any, x: Any, x_type: Any) -> Any:
+        return context.cast(builder, x, x_type, types.int32)
+
     def _zoo_exponent(group: int) -> Any:
         @intrinsic
         def zoo_exponent(typingctx: Any, emax: Any, c: Any, to_biased: Any) -> Any:
-            """E + 127 of lanes ``16 * group ...``: the larger of the int8 product maxima ``emax`` plus
-            ``to_biased`` and c's exponent field (0 for zeros and subnormals, 255 for Inf and NaN)."""
+            """``(E + 127) << 23`` of lanes ``16 * group ...`` ([Note: shifted exponents]): the larger of the
+            int8 product maxima ``emax`` plus ``to_biased`` and c's exponent field (0 for zeros and
+            subnormals, 255 for Inf and NaN)."""
             def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
                 lanes = ir.Constant(_VI, list(range(16 * group, 16 * group + 16)))
                 e = builder.sext(builder.shuffle_vector(args[0], ir.Constant(_VB, ir.Undefined), lanes), _VI)
-                e = builder.add(e, _splat(builder, _VI, context.cast(builder, args[2], sig.args[2], types.int32)))
-                field = builder.and_(builder.lshr(builder.bitcast(args[1], _VI), _ints([23] * 16)), _ints([255] * 16))
-                return _smax(builder, e, field)
+                e = builder.add(e, _splat(builder, _VI, _i32(context, builder, args[2], sig.args[2])))
+                field = builder.and_(builder.bitcast(args[1], _VI), _ints([255 << 23] * 16))
+                return _smax(builder, builder.shl(e, _ints([23] * 16)), field)
             return I32X16(I8X64, F32X16, to_biased), codegen
         return zoo_exponent
 
     zoo_exponent0, zoo_exponent1, zoo_exponent2, zoo_exponent3 = (_zoo_exponent(g) for g in range(4))
 
+    def _scale(context: Any, builder: Any, ebs: Any, frac: Any, frac_type: Any) -> Any:
+        """``2**(F - E)`` from ``ebs`` (meaningless where E is outside the kernel's range)."""
+        f = builder.add(_i32(context, builder, frac, frac_type), ir.Constant(_I32, 254))
+        return builder.bitcast(builder.sub(_splat(builder, _VI, builder.shl(f, ir.Constant(_I32, 23))), ebs), _VF)
+
+    def _unit(context: Any, builder: Any, ebs: Any, frac: Any, frac_type: Any) -> Any:
+        """``2**(E - F)`` from ``ebs``."""
+        f = builder.shl(_i32(context, builder, frac, frac_type), ir.Constant(_I32, 23))
+        return builder.bitcast(builder.sub(ebs, _splat(builder, _VI, f)), _VF)
+
+    def _special(context: Any, builder: Any, ebs: Any, lo: Any, lo_type: Any) -> Any:
+        """The lanes whose E + 127 is below ``lo`` (E below the kernel's range: no nonzero product, c
+        tiny) or 255 (c infinite): one unsigned comparison of ``ebs - (lo << 23)``."""
+        low = _splat(builder, _VI, builder.shl(_i32(context, builder, lo, lo_type), ir.Constant(_I32, 23)))
+        return builder.icmp_unsigned(">=", builder.sub(ebs, low), builder.sub(_ints([255 << 23] * 16), low))
+
+    def _keep_c(context: Any, builder: Any, ebs: Any, c: Any, r: Any, lo: Any, lo_type: Any) -> Any:
+        """``r``, or ``c + 0`` in the special lanes (:func:`_special`)."""
+        keep = _special(context, builder, ebs, lo, lo_type)
+        return builder.select(keep, builder.fadd(c, ir.Constant(_VF, [0.0] * 16)), r)
+
     @intrinsic
-    def zoo_scale(typingctx: Any, eb: Any, frac: Any) -> Any:
-        """``2**(F - E)`` from ``eb = E + 127`` (the bits ``(F + 254 - eb) << 23``; meaningless where E is
-        outside the kernel's range: those lanes keep c, :func:`zoo_result_c`)."""
+    def zoo_scale(typingctx: Any, ebs: Any, frac: Any) -> Any:
+        """``2**(F - E)`` from ``ebs = (E + 127) << 23`` (meaningless where E is outside the kernel's
+        range: those lanes keep c, :func:`zoo_result_keep`)."""
         def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-            f = context.cast(builder, args[1], sig.args[1], types.int32)
-            k = _splat(builder, _VI, builder.add(f, ir.Constant(_I32, 254)))
-            return builder.bitcast(builder.shl(builder.sub(k, args[0]), _ints([23] * 16)), _VF)
+            return _scale(context, builder, args[0], args[1], sig.args[1])
         return F32X16(I32X16, frac), codegen
 
     @intrinsic
@@ -422,34 +450,21 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled code
             return builder.add(args[0], builder.fptosi(p, _VI))
         return I32X16(I32X16, F32X16, F32X16, F32X16), codegen
 
-    def _keep_c(context: Any, builder: Any, eb: Any, c: Any, r: Any, lo: Any, lo_type: Any) -> Any:
-        """``r``, or ``c + 0`` in the lanes with ``eb < lo`` or ``eb == 255`` (one unsigned comparison)."""
-        low = _splat(builder, _VI, context.cast(builder, lo, lo_type, types.int32))
-        keep = builder.icmp_unsigned(">=", builder.sub(eb, low), builder.sub(_ints([255] * 16), low))
-        return builder.select(keep, builder.fadd(c, ir.Constant(_VF, [0.0] * 16)), r)
-
-    def _unit(context: Any, builder: Any, eb: Any, frac: Any, frac_type: Any) -> Any:
-        """``2**(E - F)`` from ``eb = E + 127``."""
-        f = context.cast(builder, frac, frac_type, types.int32)
-        return builder.bitcast(builder.shl(builder.sub(eb, _splat(builder, _VI, f)), _ints([23] * 16)), _VF)
-
     @intrinsic
-    def zoo_result_wrapped(typingctx: Any, acc: Any, eb: Any, c: Any, frac: Any, lo: Any) -> Any:
-        """The block's fp32 results from ``acc``, the int32 sum of its terms and c's (``eb = E + 127``)
+    def zoo_result_wrapped(typingctx: Any, acc: Any, ebs: Any, c: Any, frac: Any, lo: Any) -> Any:
+        """The block's fp32 results from ``acc``, the int32 sum of its terms and c's (``ebs = (E + 127) << 23``)
         taken modulo 2**32, where the terms' sum alone is below 2**31 in magnitude.
 
         c's term (:func:`zoo_cterm`, recomputed as the block's set-up computed it) comes off ``acc``
         modulo 2**32, which leaves the terms' sum exactly; that sum plus c's term, exact in float64
         (below 2**33), keeps its 24 leading significand bits (a mask: the truncation toward zero to
         fp32), is converted exactly and scaled by ``2**(E - F)``: exact for E - F >= -126, and a sum of
-        2**128 or more overflows to +-Inf, as in the model. An exact zero is +0. Lanes with
-        ``eb < lo`` (E below the kernel's range: no nonzero product, c tiny) or ``eb == 255`` (c
-        infinite) give ``c + 0``.
+        2**128 or more overflows to +-Inf, as in the model. An exact zero is +0. Lanes with E + 127
+        below ``lo`` (E below the kernel's range: no nonzero product, c tiny) or 255 (c infinite)
+        give ``c + 0``.
         """
         def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-            f = context.cast(builder, args[3], sig.args[3], types.int32)
-            k = _splat(builder, _VI, builder.add(f, ir.Constant(_I32, 254)))
-            scale = builder.bitcast(builder.shl(builder.sub(k, args[1]), _ints([23] * 16)), _VF)
+            scale = _scale(context, builder, args[1], args[3], sig.args[3])
             cterm = builder.fptosi(builder.fmul(args[2], scale), _VI)
             terms = builder.sub(args[0], cterm)
             x = builder.fadd(builder.sitofp(terms, _VD), builder.sitofp(cterm, _VD))
@@ -458,28 +473,53 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled code
             return _keep_c(context, builder, args[1], args[2], r, args[4], sig.args[4])
         return F32X16(I32X16, I32X16, F32X16, frac, lo), codegen
 
-    @intrinsic
-    def zoo_result_c(typingctx: Any, acc: Any, eb: Any, c: Any, frac: Any, lo: Any) -> Any:
-        """The block's fp32 results from the int32 sums ``acc`` of its terms and c's (``eb = E + 127``),
-        where that sum did not pass 2**31 in magnitude (:func:`beyond_2_30` says where it may have).
+    def _truncated(builder: Any, acc: Any) -> Any:
+        """``acc`` (int32) truncated toward zero to fp32: ``vcvtdq2ps {rz-sae}`` where the CPU has
+        AVX-512, else a float64 conversion (exact) and a mask of its 24 leading bits."""
+        if available():
+            fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_VF, [_VI, _I32]),
+                                                "llvm.x86.avx512.sitofp.round.v16f32.v16i32")
+            return builder.call(fn, [acc, ir.Constant(_I32, _ROUND_TOWARD_ZERO)])
+        x = builder.sitofp(acc, _VD)
+        x = builder.bitcast(builder.and_(builder.bitcast(x, _VQ), ir.Constant(_VQ, [_KEEP_24] * 16)), _VD)
+        return builder.fptrunc(x, _VF)
 
-        ``acc`` truncated toward zero to fp32 (its 24 leading bits: ``vcvtdq2ps {rz-sae}`` where the
-        CPU has AVX-512, else a float64 conversion, exact, and a mask), scaled by ``2**(E - F)`` as in
-        :func:`zoo_result_wrapped` (a sum of 2**128 or more overflows to +-Inf; an exact zero is +0);
-        lanes with ``eb < lo`` or ``eb == 255`` give ``c + 0``.
+    @intrinsic
+    def zoo_result(typingctx: Any, acc: Any, ebs: Any, frac: Any) -> Any:
+        """The block's fp32 results from the int32 sums ``acc`` of its terms and c's (``ebs = (E + 127) << 23``),
+        where that sum did not pass 2**31 in magnitude (:func:`beyond_2_30` says where it may have) and
+        no lane is special (:func:`any_special`).
+
+        ``acc`` truncated toward zero to fp32 (:func:`_truncated`), scaled by ``2**(E - F)`` as in
+        :func:`zoo_result_wrapped` (a sum of 2**128 or more overflows to +-Inf; an exact zero is +0).
         """
         def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-            if available():
-                fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_VF, [_VI, _I32]),
-                                                    "llvm.x86.avx512.sitofp.round.v16f32.v16i32")
-                t = builder.call(fn, [args[0], ir.Constant(_I32, _ROUND_TOWARD_ZERO)])
-            else:
-                x = builder.sitofp(args[0], _VD)
-                x = builder.bitcast(builder.and_(builder.bitcast(x, _VQ), ir.Constant(_VQ, [_KEEP_24] * 16)), _VD)
-                t = builder.fptrunc(x, _VF)
-            r = builder.fmul(t, _unit(context, builder, args[1], args[3], sig.args[3]))
+            return builder.fmul(_truncated(builder, args[0]), _unit(context, builder, args[1], args[2], sig.args[2]))
+        return F32X16(I32X16, I32X16, frac), codegen
+
+    @intrinsic
+    def zoo_result_keep(typingctx: Any, acc: Any, ebs: Any, c: Any, frac: Any, lo: Any) -> Any:
+        """:func:`zoo_result`, except that lanes with E + 127 below ``lo`` (E below the kernel's range: no
+        nonzero product, c tiny) or 255 (c infinite) give ``c + 0``."""
+        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+            r = builder.fmul(_truncated(builder, args[0]), _unit(context, builder, args[1], args[3], sig.args[3]))
             return _keep_c(context, builder, args[1], args[2], r, args[4], sig.args[4])
         return F32X16(I32X16, I32X16, F32X16, frac, lo), codegen
+
+    @intrinsic
+    def any_special(typingctx: Any, e0: Any, e1: Any, e2: Any, e3: Any, e4: Any, e5: Any, e6: Any, e7: Any,
+                    lo: Any) -> Any:
+        """Whether a lane of the eight ``ebs`` vectors has E + 127 below ``lo`` or 255 (the lanes that keep
+        c): the unsigned maximum of ``ebs - (lo << 23)`` over the vectors, compared once."""
+        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+            low = _splat(builder, _VI, builder.shl(_i32(context, builder, args[8], sig.args[8]), ir.Constant(_I32, 23)))
+            d = builder.sub(args[0], low)
+            for e in args[1:8]:
+                x = builder.sub(e, low)
+                d = builder.select(builder.icmp_unsigned(">", x, d), x, d)
+            special = builder.icmp_unsigned(">=", d, builder.sub(_ints([255 << 23] * 16), low))
+            return builder.icmp_unsigned("!=", builder.bitcast(special, ir.IntType(16)), ir.Constant(ir.IntType(16), 0))
+        return types.boolean(*([I32X16] * 8), lo), codegen
 
     @intrinsic
     def beyond_2_30(typingctx: Any, x0: Any, x1: Any, x2: Any, x3: Any, x4: Any, x5: Any, x6: Any, x7: Any) -> Any:

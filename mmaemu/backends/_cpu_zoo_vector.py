@@ -9,7 +9,8 @@ underflow in range), one conversion truncating toward zero to int32 and one inte
 c's term (``c * 2**(F - E)`` truncated the same way) is the int32 sum's start; at the block's end
 the sum is converted to fp32 truncated toward zero (``vcvtdq2ps {rz-sae}`` on AVX-512; elsewhere
 exactly to float64, then a mask of its 24 leading bits) and scaled by ``2**(E - F)``, E + 127 kept
-from the block's start. [Note: c first] This halves the block's end against adding c's term
+from the block's start in fp32's exponent field ([Note: shifted exponents] in
+:mod:`mmaemu.backends._cpu_simd`: the scale and the unit one subtraction each). [Note: c first] This halves the block's end against adding c's term
 there (no second E, no second conversion): 16 to 21 % off the B = 4 and B = 8 presets'
 single-thread time on the Xeon, about 9 % off the B = 16 ones (ad hoc timings, unverified by a
 committed command; the bench's figures are in docs/performance.md).
@@ -35,14 +36,16 @@ subnormal, so no second truncation onto fp32's subnormal grid). The block maxima
 exponents plus BIAS (in [-41, 39]), zeros and non-finite values ZERO, added with saturation, so a
 sum with a zero operand (at most -89) never reaches a real sum (at least -82). A lane whose E is
 below -100 (no nonzero product, and c too small for the scales: c is the result) or whose c is
-infinite keeps ``c + 0``. Rows of A and B with an operand outside the range are recomputed by the
+infinite keeps ``c + 0``; one test per 8 vectors (:func:`mmaemu.backends._cpu_simd.any_special`)
+sends a block with such a lane to the end that selects them, and the others skip the selection
+(about 1 to 3 % of the single-thread time, ad hoc timings). Rows of A and B with an operand outside the range are recomputed by the
 float64 kernel (:func:`mmaemu.backends._cpu_zoo.accumulate_wide`).
 
 Layout: as the AVX-512 FP8 kernel's (:mod:`mmaemu.backends._cpu_fp8`): B in panels of 64 columns,
 ``[panel, k, 64]`` fp32 values and ``[panel, k, 64]`` int8 exponents, k in the plan's order; one
 task per (M tile, panel); per block and pair of rows the maxima, then 8 int32 accumulators and 8
-scale vectors over the block's k (and the 8 vectors of E + 127, which LLVM keeps on the stack over
-the loop).
+scale vectors over the block's k (and the 8 vectors of ``(E + 127) << 23``, which LLVM keeps on the
+stack over the loop).
 """
 
 from __future__ import annotations
@@ -167,8 +170,8 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled
 
     @njit(inline="always")
     def _start_row(c: np.ndarray, o: int, em: Any, frac: int) -> tuple[Any, ...]:
-        """One row's block set-up: E + 127, the scale ``2**(F - E)`` and the int32 sum's start (c's term)
-        of its four vectors."""
+        """One row's block set-up: ``(E + 127) << 23``, the scale ``2**(F - E)`` and the int32 sum's start
+        (c's term) of its four vectors."""
         eb0 = v.zoo_exponent0(em, v.load(c, o), _TO_BIASED)
         eb1 = v.zoo_exponent1(em, v.load(c, o + 16), _TO_BIASED)
         eb2 = v.zoo_exponent2(em, v.load(c, o + 32), _TO_BIASED)
@@ -188,8 +191,9 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled
                   eb03: Any, eb10: Any, eb11: Any, eb12: Any, eb13: Any, x00: Any, x01: Any, x02: Any, x03: Any,
                   x10: Any, x11: Any, x12: Any, x13: Any) -> None:
         """c of both rows = the block's results from the int32 sums of its terms and c's; where ``check``,
-        sums that may have wrapped ([Note: int32 wrap]) take the float64 end. Both rows' c are read
-        before either is written (with an odd row count the last row is both)."""
+        sums that may have wrapped ([Note: int32 wrap]) take the float64 end, and blocks with a lane that
+        keeps c the end that selects it. Both rows' c are read before either is written (with an odd
+        row count the last row is both)."""
         if check and v.beyond_2_30(x00, x01, x02, x03, x10, x11, x12, x13):
             c00 = v.load(c, o0)
             c01 = v.load(c, o0 + 16)
@@ -205,14 +209,29 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled
                         v.zoo_result_wrapped(x11, eb11, c11, frac, _LO), v.zoo_result_wrapped(x12, eb12, c12, frac, _LO),
                         v.zoo_result_wrapped(x13, eb13, c13, frac, _LO))
             return
-        r00 = v.zoo_result_c(x00, eb00, v.load(c, o0), frac, _LO)
-        r01 = v.zoo_result_c(x01, eb01, v.load(c, o0 + 16), frac, _LO)
-        r02 = v.zoo_result_c(x02, eb02, v.load(c, o0 + 32), frac, _LO)
-        r03 = v.zoo_result_c(x03, eb03, v.load(c, o0 + 48), frac, _LO)
-        r10 = v.zoo_result_c(x10, eb10, v.load(c, o1), frac, _LO)
-        r11 = v.zoo_result_c(x11, eb11, v.load(c, o1 + 16), frac, _LO)
-        r12 = v.zoo_result_c(x12, eb12, v.load(c, o1 + 32), frac, _LO)
-        r13 = v.zoo_result_c(x13, eb13, v.load(c, o1 + 48), frac, _LO)
+        if v.any_special(eb00, eb01, eb02, eb03, eb10, eb11, eb12, eb13, _LO):
+            c00 = v.load(c, o0)
+            c01 = v.load(c, o0 + 16)
+            c02 = v.load(c, o0 + 32)
+            c03 = v.load(c, o0 + 48)
+            c10 = v.load(c, o1)
+            c11 = v.load(c, o1 + 16)
+            c12 = v.load(c, o1 + 32)
+            c13 = v.load(c, o1 + 48)
+            _store_rows(c, o0, o1, v.zoo_result_keep(x00, eb00, c00, frac, _LO),
+                        v.zoo_result_keep(x01, eb01, c01, frac, _LO), v.zoo_result_keep(x02, eb02, c02, frac, _LO),
+                        v.zoo_result_keep(x03, eb03, c03, frac, _LO), v.zoo_result_keep(x10, eb10, c10, frac, _LO),
+                        v.zoo_result_keep(x11, eb11, c11, frac, _LO), v.zoo_result_keep(x12, eb12, c12, frac, _LO),
+                        v.zoo_result_keep(x13, eb13, c13, frac, _LO))
+            return
+        r00 = v.zoo_result(x00, eb00, frac)
+        r01 = v.zoo_result(x01, eb01, frac)
+        r02 = v.zoo_result(x02, eb02, frac)
+        r03 = v.zoo_result(x03, eb03, frac)
+        r10 = v.zoo_result(x10, eb10, frac)
+        r11 = v.zoo_result(x11, eb11, frac)
+        r12 = v.zoo_result(x12, eb12, frac)
+        r13 = v.zoo_result(x13, eb13, frac)
         _store_rows(c, o0, o1, r00, r01, r02, r03, r10, r11, r12, r13)
 
     @njit(parallel=True, cache=True)
