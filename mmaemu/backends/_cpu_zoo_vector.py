@@ -169,6 +169,12 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled
         v.store(c, o0 + 48, r03)
 
     @njit(inline="always")
+    def _load_rows(c: np.ndarray, o0: int, o1: int) -> tuple[Any, ...]:
+        """Both rows' c, four vectors each."""
+        return (v.load(c, o0), v.load(c, o0 + 16), v.load(c, o0 + 32), v.load(c, o0 + 48),
+                v.load(c, o1), v.load(c, o1 + 16), v.load(c, o1 + 32), v.load(c, o1 + 48))
+
+    @njit(inline="always")
     def _start_row(c: np.ndarray, o: int, em: Any, frac: int) -> tuple[Any, ...]:
         """One row's block set-up: ``(E + 127) << 23``, the scale ``2**(F - E)`` and the int32 sum's start
         (c's term) of its four vectors."""
@@ -195,14 +201,7 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled
         keeps c the end that selects it. Both rows' c are read before either is written (with an odd
         row count the last row is both)."""
         if check and v.beyond_2_30(x00, x01, x02, x03, x10, x11, x12, x13):
-            c00 = v.load(c, o0)
-            c01 = v.load(c, o0 + 16)
-            c02 = v.load(c, o0 + 32)
-            c03 = v.load(c, o0 + 48)
-            c10 = v.load(c, o1)
-            c11 = v.load(c, o1 + 16)
-            c12 = v.load(c, o1 + 32)
-            c13 = v.load(c, o1 + 48)
+            c00, c01, c02, c03, c10, c11, c12, c13 = _load_rows(c, o0, o1)
             _store_rows(c, o0, o1, v.zoo_result_wrapped(x00, eb00, c00, frac, _LO),
                         v.zoo_result_wrapped(x01, eb01, c01, frac, _LO), v.zoo_result_wrapped(x02, eb02, c02, frac, _LO),
                         v.zoo_result_wrapped(x03, eb03, c03, frac, _LO), v.zoo_result_wrapped(x10, eb10, c10, frac, _LO),
@@ -210,14 +209,7 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled
                         v.zoo_result_wrapped(x13, eb13, c13, frac, _LO))
             return
         if v.any_special(eb00, eb01, eb02, eb03, eb10, eb11, eb12, eb13, _LO):
-            c00 = v.load(c, o0)
-            c01 = v.load(c, o0 + 16)
-            c02 = v.load(c, o0 + 32)
-            c03 = v.load(c, o0 + 48)
-            c10 = v.load(c, o1)
-            c11 = v.load(c, o1 + 16)
-            c12 = v.load(c, o1 + 32)
-            c13 = v.load(c, o1 + 48)
+            c00, c01, c02, c03, c10, c11, c12, c13 = _load_rows(c, o0, o1)
             _store_rows(c, o0, o1, v.zoo_result_keep(x00, eb00, c00, frac, _LO),
                         v.zoo_result_keep(x01, eb01, c01, frac, _LO), v.zoo_result_keep(x02, eb02, c02, frac, _LO),
                         v.zoo_result_keep(x03, eb03, c03, frac, _LO), v.zoo_result_keep(x10, eb10, c10, frac, _LO),
