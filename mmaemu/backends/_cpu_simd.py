@@ -506,6 +506,10 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled code
             return _keep_c(context, builder, args[1], args[2], r, args[4], sig.args[4])
         return F32X16(I32X16, I32X16, F32X16, frac, lo), codegen
 
+    def _any_lane(builder: Any, mask: Any) -> Any:
+        """Whether any lane of a 16-lane i1 vector is set (its bits as an i16, compared with 0)."""
+        return builder.icmp_unsigned("!=", builder.bitcast(mask, ir.IntType(16)), ir.Constant(ir.IntType(16), 0))
+
     @intrinsic
     def any_special(typingctx: Any, e0: Any, e1: Any, e2: Any, e3: Any, e4: Any, e5: Any, e6: Any, e7: Any,
                     lo: Any) -> Any:
@@ -518,7 +522,7 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled code
                 x = builder.sub(e, low)
                 d = builder.select(builder.icmp_unsigned(">", x, d), x, d)
             special = builder.icmp_unsigned(">=", d, builder.sub(_ints([255 << 23] * 16), low))
-            return builder.icmp_unsigned("!=", builder.bitcast(special, ir.IntType(16)), ir.Constant(ir.IntType(16), 0))
+            return _any_lane(builder, special)
         return types.boolean(*([I32X16] * 8), lo), codegen
 
     @intrinsic
@@ -531,5 +535,5 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled code
             for x in args[1:]:
                 acc = builder.or_(acc, builder.add(x, half))
             negative = builder.icmp_signed("<", acc, _ints([0] * 16))
-            return builder.icmp_unsigned("!=", builder.bitcast(negative, ir.IntType(16)), ir.Constant(ir.IntType(16), 0))
+            return _any_lane(builder, negative)
         return types.boolean(*([I32X16] * 8)), codegen

@@ -10,10 +10,11 @@ c's term (``c * 2**(F - E)`` truncated the same way) is the int32 sum's start; a
 the sum is converted to fp32 truncated toward zero (``vcvtdq2ps {rz-sae}`` on AVX-512; elsewhere
 exactly to float64, then a mask of its 24 leading bits) and scaled by ``2**(E - F)``, E + 127 kept
 from the block's start in fp32's exponent field ([Note: shifted exponents] in
-:mod:`mmaemu.backends._cpu_simd`: the scale and the unit one subtraction each). [Note: c first] This halves the block's end against adding c's term
-there (no second E, no second conversion): 16 to 21 % off the B = 4 and B = 8 presets'
-single-thread time on the Xeon, about 9 % off the B = 16 ones (ad hoc timings, unverified by a
-committed command; the bench's figures are in docs/performance.md).
+:mod:`mmaemu.backends._cpu_simd`: the scale and the unit one subtraction each). [Note: c first]
+This halves the block's end against adding c's term there (no second E, no second conversion):
+16 to 21 % off the B = 4 and B = 8 presets' single-thread time on the Xeon, about 9 % off the
+B = 16 ones (ad hoc timings, unverified by a committed command; the bench's figures are in
+docs/performance.md).
 
 [Note: int32 wrap] The B terms are below ``2**(F + 2)`` each, so their sum is below 2**31 for every
 preset the kernel takes (:func:`expresses`), but c's term (below ``2**(F + 1)``) can take the sum
@@ -38,8 +39,9 @@ sum with a zero operand (at most -89) never reaches a real sum (at least -82). A
 below -100 (no nonzero product, and c too small for the scales: c is the result) or whose c is
 infinite keeps ``c + 0``; one test per 8 vectors (:func:`mmaemu.backends._cpu_simd.any_special`)
 sends a block with such a lane to the end that selects them, and the others skip the selection
-(about 1 to 3 % of the single-thread time, ad hoc timings). Rows of A and B with an operand outside the range are recomputed by the
-float64 kernel (:func:`mmaemu.backends._cpu_zoo.accumulate_wide`).
+(about 1 to 3 % of the single-thread time, ad hoc timings). Rows of A and B with an operand
+outside the range are recomputed by the float64 kernel
+(:func:`mmaemu.backends._cpu_zoo.accumulate_wide`).
 
 Layout: as the AVX-512 FP8 kernel's (:mod:`mmaemu.backends._cpu_fp8`): B in panels of 64 columns,
 ``[panel, k, 64]`` fp32 values and ``[panel, k, 64]`` int8 exponents, k in the plan's order; one
@@ -58,7 +60,7 @@ from ..presets import CMode, Preset, Rounding
 from . import _cpu_simd
 from ._cpu_simd import PANEL, panels
 
-__all__ = ["BIAS", "EMAX", "EMIN", "PANEL", "ZERO", "expresses", "may_wrap", "kernel", "panel_layout", "panels"]
+__all__ = ["BIAS", "EMAX", "EMIN", "PANEL", "ZERO", "expresses", "kernel", "may_wrap", "panel_layout", "panels"]
 
 #: The operand exponents the kernel takes (others: their rows are recomputed in float64).
 EMIN, EMAX = -50, 30
@@ -202,18 +204,26 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled
         row count the last row is both)."""
         if check and v.beyond_2_30(x00, x01, x02, x03, x10, x11, x12, x13):
             c00, c01, c02, c03, c10, c11, c12, c13 = _load_rows(c, o0, o1)
-            _store_rows(c, o0, o1, v.zoo_result_wrapped(x00, eb00, c00, frac, _LO),
-                        v.zoo_result_wrapped(x01, eb01, c01, frac, _LO), v.zoo_result_wrapped(x02, eb02, c02, frac, _LO),
-                        v.zoo_result_wrapped(x03, eb03, c03, frac, _LO), v.zoo_result_wrapped(x10, eb10, c10, frac, _LO),
-                        v.zoo_result_wrapped(x11, eb11, c11, frac, _LO), v.zoo_result_wrapped(x12, eb12, c12, frac, _LO),
+            _store_rows(c, o0, o1,
+                        v.zoo_result_wrapped(x00, eb00, c00, frac, _LO),
+                        v.zoo_result_wrapped(x01, eb01, c01, frac, _LO),
+                        v.zoo_result_wrapped(x02, eb02, c02, frac, _LO),
+                        v.zoo_result_wrapped(x03, eb03, c03, frac, _LO),
+                        v.zoo_result_wrapped(x10, eb10, c10, frac, _LO),
+                        v.zoo_result_wrapped(x11, eb11, c11, frac, _LO),
+                        v.zoo_result_wrapped(x12, eb12, c12, frac, _LO),
                         v.zoo_result_wrapped(x13, eb13, c13, frac, _LO))
             return
         if v.any_special(eb00, eb01, eb02, eb03, eb10, eb11, eb12, eb13, _LO):
             c00, c01, c02, c03, c10, c11, c12, c13 = _load_rows(c, o0, o1)
-            _store_rows(c, o0, o1, v.zoo_result_keep(x00, eb00, c00, frac, _LO),
-                        v.zoo_result_keep(x01, eb01, c01, frac, _LO), v.zoo_result_keep(x02, eb02, c02, frac, _LO),
-                        v.zoo_result_keep(x03, eb03, c03, frac, _LO), v.zoo_result_keep(x10, eb10, c10, frac, _LO),
-                        v.zoo_result_keep(x11, eb11, c11, frac, _LO), v.zoo_result_keep(x12, eb12, c12, frac, _LO),
+            _store_rows(c, o0, o1,
+                        v.zoo_result_keep(x00, eb00, c00, frac, _LO),
+                        v.zoo_result_keep(x01, eb01, c01, frac, _LO),
+                        v.zoo_result_keep(x02, eb02, c02, frac, _LO),
+                        v.zoo_result_keep(x03, eb03, c03, frac, _LO),
+                        v.zoo_result_keep(x10, eb10, c10, frac, _LO),
+                        v.zoo_result_keep(x11, eb11, c11, frac, _LO),
+                        v.zoo_result_keep(x12, eb12, c12, frac, _LO),
                         v.zoo_result_keep(x13, eb13, c13, frac, _LO))
             return
         r00 = v.zoo_result(x00, eb00, frac)
