@@ -429,7 +429,7 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled code
     @intrinsic
     def zoo_scale(typingctx: Any, ebs: Any, frac: Any) -> Any:
         """``2**(F - E)`` from ``ebs = (E + 127) << 23`` (meaningless where E is outside the kernel's
-        range: those lanes keep c, :func:`zoo_result_keep`)."""
+        range: those lanes keep c, :func:`zoo_result_wide`)."""
         def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
             return _scale(context, builder, args[0], args[1], sig.args[1])
         return F32X16(I32X16, frac), codegen
@@ -451,9 +451,10 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled code
         return I32X16(I32X16, F32X16, F32X16, F32X16), codegen
 
     @intrinsic
-    def zoo_result_wrapped(typingctx: Any, acc: Any, ebs: Any, c: Any, frac: Any, lo: Any) -> Any:
+    def zoo_result_wide(typingctx: Any, acc: Any, ebs: Any, c: Any, frac: Any, lo: Any) -> Any:
         """The block's fp32 results from ``acc``, the int32 sum of its terms and c's (``ebs = (E + 127) << 23``)
-        taken modulo 2**32, where the terms' sum alone is below 2**31 in magnitude.
+        taken modulo 2**32, where the terms' sum alone is below 2**31 in magnitude: right whether or
+        not the sum wrapped, and in every lane.
 
         c's term (:func:`zoo_cterm`, recomputed as the block's set-up computed it) comes off ``acc``
         modulo 2**32, which leaves the terms' sum exactly; that sum plus c's term, exact in float64
@@ -488,23 +489,14 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled code
     def zoo_result(typingctx: Any, acc: Any, ebs: Any, frac: Any) -> Any:
         """The block's fp32 results from the int32 sums ``acc`` of its terms and c's (``ebs = (E + 127) << 23``),
         where that sum did not pass 2**31 in magnitude (:func:`beyond_2_30` says where it may have) and
-        no lane is special (:func:`any_special`).
+        no lane keeps c (:func:`any_special`); elsewhere :func:`zoo_result_wide`.
 
         ``acc`` truncated toward zero to fp32 (:func:`_truncated`), scaled by ``2**(E - F)`` as in
-        :func:`zoo_result_wrapped` (a sum of 2**128 or more overflows to +-Inf; an exact zero is +0).
+        :func:`zoo_result_wide` (a sum of 2**128 or more overflows to +-Inf; an exact zero is +0).
         """
         def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
             return builder.fmul(_truncated(builder, args[0]), _unit(context, builder, args[1], args[2], sig.args[2]))
         return F32X16(I32X16, I32X16, frac), codegen
-
-    @intrinsic
-    def zoo_result_keep(typingctx: Any, acc: Any, ebs: Any, c: Any, frac: Any, lo: Any) -> Any:
-        """:func:`zoo_result`, except that lanes with E + 127 below ``lo`` (E below the kernel's range: no
-        nonzero product, c tiny) or 255 (c infinite) give ``c + 0``."""
-        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-            r = builder.fmul(_truncated(builder, args[0]), _unit(context, builder, args[1], args[3], sig.args[3]))
-            return _keep_c(context, builder, args[1], args[2], r, args[4], sig.args[4])
-        return F32X16(I32X16, I32X16, F32X16, frac, lo), codegen
 
     def _any_lane(builder: Any, mask: Any) -> Any:
         """Whether any lane of a 16-lane i1 vector is set (its bits as an i16, compared with 0)."""

@@ -23,9 +23,10 @@ and bf16, B = 16 with F = 25, when nearly all 16 products are of the block's lar
 one sign). There the int32 addition wraps modulo 2**32. A wrapped sum lies within 2**(F + 1) of
 -2**31 or of 2**31, so a block whose sums all lie in [-2**30, 2**30) (one test per 8 vectors,
 :func:`mmaemu.backends._cpu_simd.beyond_2_30`) did not wrap; otherwise (rare: sums of 8 or more
-maximal terms of one sign) c's term is recomputed and taken off modulo 2**32, which leaves the
-terms' exact sum, and the two are added in float64 (exact: below 2**33) before the same
-truncation.
+maximal terms of one sign) the block takes the float64 end
+(:func:`mmaemu.backends._cpu_simd.zoo_result_wide`): c's term is recomputed and taken off modulo
+2**32, which leaves the terms' exact sum, and the two are added in float64 (exact: below 2**33)
+before the same truncation.
 
 A sum of 2**128 or more overflows to +-Inf as in the model, and an exact zero is +0.
 
@@ -38,8 +39,8 @@ exponents plus BIAS (in [-41, 39]), zeros and non-finite values ZERO, added with
 sum with a zero operand (at most -89) never reaches a real sum (at least -82). A lane whose E is
 below -100 (no nonzero product, and c too small for the scales: c is the result) or whose c is
 infinite keeps ``c + 0``; one test per 8 vectors (:func:`mmaemu.backends._cpu_simd.any_special`)
-sends a block with such a lane to the end that selects them, and the others skip the selection
-(about 1 to 3 % of the single-thread time, ad hoc timings). Rows of A and B with an operand
+sends a block with such a lane to the float64 end, which selects them, and the others skip the
+selection (about 1 to 3 % of the single-thread time, ad hoc timings). Rows of A and B with an operand
 outside the range are recomputed by the float64 kernel
 (:func:`mmaemu.backends._cpu_zoo.accumulate_wide`).
 
@@ -198,33 +199,22 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled
     def _end_rows(c: np.ndarray, o0: int, o1: int, frac: int, check: bool, eb00: Any, eb01: Any, eb02: Any,
                   eb03: Any, eb10: Any, eb11: Any, eb12: Any, eb13: Any, x00: Any, x01: Any, x02: Any, x03: Any,
                   x10: Any, x11: Any, x12: Any, x13: Any) -> None:
-        """c of both rows = the block's results from the int32 sums of its terms and c's; where ``check``,
-        sums that may have wrapped ([Note: int32 wrap]) take the float64 end, and blocks with a lane that
-        keeps c the end that selects it. Both rows' c are read before either is written (with an odd
-        row count the last row is both)."""
-        if check and v.beyond_2_30(x00, x01, x02, x03, x10, x11, x12, x13):
+        """c of both rows = the block's results from the int32 sums of its terms and c's. Blocks with a
+        lane that keeps c, and (where ``check``) blocks whose sums may have wrapped ([Note: int32
+        wrap]), take the float64 end, which computes both. Both rows' c are read before either is
+        written (with an odd row count the last row is both)."""
+        if (check and v.beyond_2_30(x00, x01, x02, x03, x10, x11, x12, x13)) or v.any_special(
+                eb00, eb01, eb02, eb03, eb10, eb11, eb12, eb13, _LO):
             c00, c01, c02, c03, c10, c11, c12, c13 = _load_rows(c, o0, o1)
             _store_rows(c, o0, o1,
-                        v.zoo_result_wrapped(x00, eb00, c00, frac, _LO),
-                        v.zoo_result_wrapped(x01, eb01, c01, frac, _LO),
-                        v.zoo_result_wrapped(x02, eb02, c02, frac, _LO),
-                        v.zoo_result_wrapped(x03, eb03, c03, frac, _LO),
-                        v.zoo_result_wrapped(x10, eb10, c10, frac, _LO),
-                        v.zoo_result_wrapped(x11, eb11, c11, frac, _LO),
-                        v.zoo_result_wrapped(x12, eb12, c12, frac, _LO),
-                        v.zoo_result_wrapped(x13, eb13, c13, frac, _LO))
-            return
-        if v.any_special(eb00, eb01, eb02, eb03, eb10, eb11, eb12, eb13, _LO):
-            c00, c01, c02, c03, c10, c11, c12, c13 = _load_rows(c, o0, o1)
-            _store_rows(c, o0, o1,
-                        v.zoo_result_keep(x00, eb00, c00, frac, _LO),
-                        v.zoo_result_keep(x01, eb01, c01, frac, _LO),
-                        v.zoo_result_keep(x02, eb02, c02, frac, _LO),
-                        v.zoo_result_keep(x03, eb03, c03, frac, _LO),
-                        v.zoo_result_keep(x10, eb10, c10, frac, _LO),
-                        v.zoo_result_keep(x11, eb11, c11, frac, _LO),
-                        v.zoo_result_keep(x12, eb12, c12, frac, _LO),
-                        v.zoo_result_keep(x13, eb13, c13, frac, _LO))
+                        v.zoo_result_wide(x00, eb00, c00, frac, _LO),
+                        v.zoo_result_wide(x01, eb01, c01, frac, _LO),
+                        v.zoo_result_wide(x02, eb02, c02, frac, _LO),
+                        v.zoo_result_wide(x03, eb03, c03, frac, _LO),
+                        v.zoo_result_wide(x10, eb10, c10, frac, _LO),
+                        v.zoo_result_wide(x11, eb11, c11, frac, _LO),
+                        v.zoo_result_wide(x12, eb12, c12, frac, _LO),
+                        v.zoo_result_wide(x13, eb13, c13, frac, _LO))
             return
         r00 = v.zoo_result(x00, eb00, frac)
         r01 = v.zoo_result(x01, eb01, frac)
