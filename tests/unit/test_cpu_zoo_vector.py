@@ -178,6 +178,8 @@ _AVX2_RUN = textwrap.dedent("""
     b = (torch.randn(67, 37, generator=gen) * 4)
     a[0], b[0] = top, -top  # the largest products of one sign: sums near the int32 bound
     a[1, :16] = 2.0 ** -14
+    a[2], b[1] = top, top  # c = top after the first block, then 16 products of 4 - 2**-8: hopper fp16 wraps int32
+    a[2, 1:16], b[1, 0] = 0.0, 1.0
     for dtype, presets in ((torch.float16, ("volta", "ampere", "hopper")), (torch.bfloat16, ("ada", "b200")),
                            (torch.float32, ("ampere", "hopper"))):
         x, y = (round_to_tf32(a), round_to_tf32(b)) if dtype == torch.float32 else (a.to(dtype), b.to(dtype))
@@ -191,9 +193,9 @@ _AVX2_RUN = textwrap.dedent("""
 def test_the_avx2_paths_where_numba_targets_a_cpu_without_avx512(tmp_path: Path) -> None:
     """NUMBA_CPU_NAME=haswell: numba compiles for an AVX2 CPU (what a machine without AVX-512 runs), so
     on any x86-64 machine this checks the vector kernel's non-AVX-512 block end (c first: a float64
-    conversion and a mask instead of ``vcvtdq2ps {rz-sae}``) and the float64 one, against the
-    reference backend; ``_cpu_simd.available()`` must say False there (else the AVX-512 FP8 kernel's
-    intrinsics would not compile)."""
+    conversion and a mask instead of ``vcvtdq2ps {rz-sae}``), its float64 end (sums near and past
+    the int32 bound) and the float64 kernel, against the reference backend; ``_cpu_simd.available()``
+    must say False there (else the AVX-512 FP8 kernel's intrinsics would not compile)."""
     import platform
 
     if platform.machine() not in ("x86_64", "AMD64"):
