@@ -109,6 +109,26 @@ def test_sums_just_below_two_to_the_31(dtype: torch.dtype, sign: float, preset: 
         _check(a.to(dtype), b.to(dtype), preset)
 
 
+@pytest.mark.parametrize("seed", range(12))
+def test_random_blocks_that_wrap_int32(seed: int) -> None:
+    """B = 16, F = 25 (hopper, b200): c in [1, 2) after the first block (one product), then blocks of
+    products just below 4 (exponent 0, c's too), a few of the other sign: the int32 sums, c's term
+    included, pass 2**31 in many lanes and stay just below it in others (removing the wrap test
+    fails these)."""
+    gen = torch.Generator().manual_seed(seed)
+    k = 16 * int(torch.randint(2, 5, (1,), generator=gen)) + int(torch.randint(0, 16, (1,), generator=gen))
+    near_two = torch.tensor([2 - 2.0**-10, 2 - 2.0**-9, 2 - 3 * 2.0**-10, 2 - 2.0**-8])
+    a = near_two[torch.randint(0, 4, (6, k), generator=gen)]
+    b = near_two[torch.randint(0, 4, (70, k), generator=gen)]
+    a = a * torch.where(torch.rand(6, k, generator=gen) < 0.03, -1.0, 1.0)
+    a = a * torch.where(torch.rand(6, 1, generator=gen) < 0.5, -1.0, 1.0)
+    a[:, 1:16] = 0.0
+    b[:, 0] = (torch.rand(70, generator=gen) + 1.0) / 2  # c = a b in [1, 2): the exponent of the products below
+    for dtype in (torch.float16, torch.bfloat16):
+        for preset in ("hopper", "b200"):
+            _check(a.to(dtype), b.to(dtype), preset)
+
+
 @pytest.mark.parametrize("preset", ["hopper", "ampere"])  # c's term at the block's end, and first
 def test_c_far_below_the_products_range_keeps_its_bits(preset: str) -> None:
     """A cancellation leaves c = 2**-107 (below the kernel's E >= -100); blocks without a nonzero
