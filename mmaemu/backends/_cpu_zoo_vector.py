@@ -40,8 +40,8 @@ sum with a zero operand (at most -89) never reaches a real sum (at least -82). A
 below -100 (no nonzero product, and c too small for the scales: c is the result) or whose c is
 infinite keeps ``c + 0``; one test per 8 vectors (:func:`mmaemu.backends._cpu_simd.any_special`)
 sends a block with such a lane to the float64 end, which selects them, and the others skip the
-selection (about 1 to 3 % of the single-thread time, ad hoc timings). Rows of A and B with an operand
-outside the range are recomputed by the float64 kernel
+selection (about 1 to 3 % of the single-thread time; ad hoc timings, unverified by a committed
+command). Rows of A and B with an operand outside the range are recomputed by the float64 kernel
 (:func:`mmaemu.backends._cpu_zoo.accumulate_wide`).
 
 Layout: as the AVX-512 FP8 kernel's (:mod:`mmaemu.backends._cpu_fp8`): B in panels of 64 columns,
