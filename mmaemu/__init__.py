@@ -7,6 +7,9 @@ on a reference platform (an H100 PCIe by default, or an RTX 4060), bit for bit.
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
+import os
+import warnings
 from typing import TYPE_CHECKING, Any
 
 from . import model, ops, testing
@@ -36,7 +39,7 @@ from .platforms.profiles import Profile
 from .platforms.splitk import SplitDecision
 from .presets import Preset
 from .split import Scheme, SplitK
-from .version import __version__
+from .version import DISTRIBUTION, FOREIGN_DISTRIBUTION, __version__
 
 if TYPE_CHECKING:
     from . import nn, quantization, recording
@@ -90,3 +93,25 @@ def __getattr__(name: str) -> Any:
     if name in _LAZY_SUBMODULES:
         return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _warn_if_foreign_install() -> None:
+    """Warn when another distribution that installs an ``mmaemu`` package is installed beside this one
+    ([Note: the distribution name] in :mod:`mmaemu.version`)."""
+    try:
+        other = importlib.metadata.distribution(FOREIGN_DISTRIBUTION)
+        where = os.path.abspath(str(other.locate_file("")))
+    except importlib.metadata.PackageNotFoundError:
+        return
+    except Exception:  # noqa: BLE001 - unreadable metadata: nothing to say
+        return
+    warnings.warn(
+        f"the distribution {FOREIGN_DISTRIBUTION!r} {other.version} is installed in {where}: it is either "
+        f"PyPI's project of that name (a different code base) or an old install of this one under its old "
+        f"name, and it installs its own 'mmaemu' package over this one's files. Run: pip uninstall "
+        f"{FOREIGN_DISTRIBUTION}, then reinstall this project (pip install --force-reinstall . from its "
+        f"checkout, whose distribution is {DISTRIBUTION!r})",
+        MmaemuWarning, stacklevel=2)
+
+
+_warn_if_foreign_install()

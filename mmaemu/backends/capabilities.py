@@ -50,7 +50,7 @@ AUTO_ORDER: dict[str, tuple[Backend, ...]] = {
     "cpu": (Backend.CPU, Backend.REFERENCE),
     "cuda": (Backend.TRITON, Backend.REFERENCE),
 }
-#: Backends that a plain ``pip install mmaemu`` provides (numba is a core dependency): when ``auto`` cannot
+#: Backends that a plain install of mmaemu provides (numba is a core dependency): when ``auto`` cannot
 #: use one, it says so once per device with a BackendFallbackWarning. Triton is an extra: without it
 #: ``auto`` falls back silently.
 CORE: frozenset[Backend] = frozenset({Backend.REFERENCE, Backend.CPU})

@@ -139,7 +139,7 @@ def test_install_uninstall_reinstall_in_a_fresh_venv(tmp_path: Path) -> None:
             again = subprocess.run([str(python), "-m", "mmaemu", "demo"], **run)  # type: ignore[call-overload]
             assert again.returncode == 0 and "compiling" not in again.stderr, again.stderr  # the cache serves it
         assert not list((site / "mmaemu").rglob("*.nb[ic]")), "numba wrote into the installed package"
-        subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "uninstall", "-y", "-q", "mmaemu"],
+        subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "uninstall", "-y", "-q", "mmaemu-bits"],
                        check=True, **run)  # type: ignore[call-overload]
         assert not (site / "mmaemu").exists(), "uninstall left files in site-packages/mmaemu"
         gone = subprocess.run([str(python), "-c", "import mmaemu"], **run)  # type: ignore[call-overload]

@@ -23,7 +23,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import mmaemu
 from mmaemu.testing import assert_bitwise_equal, bitwise_diff
 
-torchao = pytest.importorskip("torchao", reason="torchao is not installed (pip install 'mmaemu[test]')")
+torchao = pytest.importorskip("torchao", reason="torchao is not installed (pip install '.[test]')")
 from torchao.quantization import Float8DynamicActivationFloat8WeightConfig, PerRow, PerTensor, quantize_  # noqa: E402
 
 K, N, M = 1024, 64, 32  # a row of every H100 table (S = 1)

@@ -30,7 +30,7 @@ from mmaemu.presets import Preset
 
 REPO = Path(__file__).resolve().parents[2]
 HAVE_TRITON = triton_backend.available()[0]
-needs_triton = pytest.mark.skipif(not HAVE_TRITON, reason="triton is not installed (pip install 'mmaemu[triton]')")
+needs_triton = pytest.mark.skipif(not HAVE_TRITON, reason="triton is not installed (pip install triton)")
 CUDA0 = torch.device("cuda", 0)
 
 

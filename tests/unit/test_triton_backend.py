@@ -22,7 +22,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")  # before mmaemu imports the kern
 import pytest
 import torch
 
-pytest.importorskip("triton", reason="triton is not installed (pip install 'mmaemu[triton]')")
+pytest.importorskip("triton", reason="triton is not installed (pip install triton)")
 
 from conftest import FULL  # noqa: E402
 

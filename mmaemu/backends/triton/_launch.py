@@ -115,7 +115,7 @@ def import_error() -> str | None:
     global _TRITON_ERROR
     if _TRITON_ERROR is None and not _LOADED:
         if importlib.util.find_spec("triton") is None:
-            _TRITON_ERROR = "triton is not installed (pip install 'mmaemu[triton]')"
+            _TRITON_ERROR = "triton is not installed (pip install triton)"
         else:
             try:
                 importlib.import_module("triton")
