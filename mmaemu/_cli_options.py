@@ -41,12 +41,14 @@ def _int(text: str, what: str, minimum: int, maximum: int = (1 << 63) - 1) -> in
     refuse more than 4,300 digits as "not an integer"; none of them is a number a user means here.
     """
     digits = text.strip()
-    if not (digits.isascii() and digits.lstrip("-").isdigit()):
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer ({what})")
     negative = digits.startswith("-")
-    if not negative and len(digits.lstrip("0")) > len(str(maximum)):  # before int(), which limits the digits
-        raise argparse.ArgumentTypeError(f"{text!r}: {what} must be at most {maximum:,}")
-    value = -1 if negative else int(digits)  # every negative value is refused alike, whatever its digits
+    magnitude = digits[1:] if negative else digits
+    if not (magnitude.isascii() and magnitude.isdigit()):
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer ({what})")
+    if len(magnitude.lstrip("0")) > len(str(maximum)):  # before int(), which limits the digits
+        bound = f"at least {minimum}" if negative else f"at most {maximum:,}"
+        raise argparse.ArgumentTypeError(f"{text!r}: {what} must be {bound}")
+    value = int(digits)
     if value < minimum:
         raise argparse.ArgumentTypeError(f"{text!r}: {what} must be at least {minimum}")
     if value > maximum:
