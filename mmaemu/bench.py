@@ -1,6 +1,7 @@
 """``python -m mmaemu bench``: the backends' speed against torch's native kernels, bits checked first.
 
-For each shape ``M x K x N`` (E4M3 operands drawn from a seeded generator, bf16 output, scales 1):
+For each shape ``M x N x K`` (``--shape MxNxK``, the order of ``explain M N K``; E4M3 operands drawn from a
+seeded generator, bf16 output, scales 1), printed and written in that order:
 
 1. the cpu and reference backends' outputs are compared bit for bit (nothing is timed before); above
    :data:`FULL_CHECK_MACS` on the first and last :data:`CHECK_ROWS` rows of ``a`` (every column);
@@ -38,12 +39,14 @@ from typing import TextIO
 
 import torch
 
+from ._shape_only import shape_only_operands
 from .call import scaled_mm
 from .plan import explain
 from .testing import assert_bitwise_equal
 from .version import __version__
 
-__all__ = ["CONFIGS", "Config", "cpu_name", "first_call_latency", "main_bench", "median_time", "refusal", "run", "zoo_rows"]
+__all__ = ["CONFIGS", "Config", "bench_bytes", "cpu_name", "first_call_latency", "main_bench", "median_time", "refusal",
+           "run", "zoo_rows"]
 
 
 @dataclass(frozen=True)
@@ -109,19 +112,28 @@ def _checked_rows(m: int, macs: int) -> torch.Tensor | None:
     return torch.cat([torch.arange(CHECK_ROWS), torch.arange(m - CHECK_ROWS, m)])
 
 
-def _operands(m: int, k: int, n: int, config: Config) -> tuple[torch.Tensor, torch.Tensor]:
+def bench_bytes(m: int, n: int, k: int) -> int:
+    """A lower bound of the bytes the bench of ``M x N x K`` holds at once: while the cpu backend and the fp32
+    matmul are timed, the FP8 operands (1 byte an element), their fp32 copies (4) and the matmul's fp32
+    output (4 bytes an output). A shape above the machine's memory cannot be benched there."""
+    return 5 * (m + n) * k + 4 * m * n
+
+
+def _operands(m: int, n: int, k: int, config: Config) -> tuple[torch.Tensor, torch.Tensor]:
     gen = torch.Generator().manual_seed(0)
     x = (torch.randn(m, k, generator=gen) * 40).clamp(-448, 448).to(config.fmt_a)
     w = (torch.randn(n, k, generator=gen) * 40).clamp(-448, 448).to(config.fmt_b)
     return x, w
 
 
-def refusal(m: int, k: int, n: int, config: Config) -> str | None:
-    """Why ``scaled_mm`` would refuse ``config`` at this shape (``"Class: message"``), or None."""
-    x = torch.empty((m, k), dtype=config.fmt_a)  # reserved, never touched: nothing is computed
-    w = torch.empty((n, k), dtype=config.fmt_b)
+def refusal(m: int, n: int, k: int, config: Config) -> str | None:
+    """Why ``scaled_mm`` would refuse ``config`` at shape ``M x N x K`` (``"Class: message"``), or None.
+
+    Planned from the shape alone (:func:`mmaemu._shape_only.shape_only_operands`): nothing is allocated.
+    """
+    x, wt = shape_only_operands(m, n, k, config.fmt_a, config.fmt_b)
     one = torch.tensor(1.0)
-    plan = explain(x, w.t(), one, one, out_dtype=torch.bfloat16, use_fast_accum=config.fast, profile=config.profile,
+    plan = explain(x, wt, one, one, out_dtype=torch.bfloat16, use_fast_accum=config.fast, profile=config.profile,
                    splitk=config.splitk, backend="cpu")
     if plan.ok:
         return None
@@ -161,8 +173,9 @@ print(time.perf_counter() - start)
 ZOO_CHECK_ROWS = 8
 
 
-def zoo_rows(m: int, k: int, n: int, repeat: int) -> list[dict[str, object]]:
-    """The cpu backend's ``accumulate`` time for each zoo (architecture, format) over its E4M3 time.
+def zoo_rows(m: int, n: int, k: int, repeat: int) -> list[dict[str, object]]:
+    """The cpu backend's ``accumulate`` time for each zoo (architecture, format) over its E4M3 time, at
+    ``M x N x K``.
 
     The operands are drawn once (normal values, seeded) and converted to each format; each
     configuration's bits are checked against the reference backend on the first
@@ -192,7 +205,7 @@ def zoo_rows(m: int, k: int, n: int, repeat: int) -> list[dict[str, object]]:
     base, base_process = timed(x.clamp(-448, 448).to(torch.float8_e4m3fn), w.clamp(-448, 448).to(torch.float8_e4m3fn),
                                None)
     macs = m * n * k
-    print(f"\nzoo: cpu accumulate at M, K, N = {m}, {k}, {n}, time per multiply-accumulate over E4M3's "
+    print(f"\nzoo: cpu accumulate at M, N, K = {m}, {n}, {k}, time per multiply-accumulate over E4M3's "
           f"(hopper, fast: {base * 1e3:.1f} ms, {macs / base / 1e9:.2f} GMAC/s):")
     for (arch, fmt), preset in ZOO.items():
         if fmt.short_name == "tf32":
@@ -261,9 +274,9 @@ def _print_row(row: dict[str, object], label: str, rows: torch.Tensor | None) ->
     """One shape's table (and its TMAC/s figures added to ``row``)."""
     shape = row["shape"]
     assert isinstance(shape, list)
-    m, k, n = (int(v) for v in shape)
+    m, n, k = (int(v) for v in shape)
     macs = m * n * k
-    print(f"\nM, K, N = {m}, {k}, {n} ({macs / 1e9:.2f} GMAC), {label}, bf16 output, median times:")
+    print(f"\nM, N, K = {m}, {n}, {k} ({macs / 1e9:.2f} GMAC), {label}, bf16 output, median times:")
     for key, name in (("reference_s", "reference backend"), ("cpu_s", "cpu backend"),
                       ("torch_fp32_matmul_s", "torch fp32 matmul"), ("torch_native_scaled_mm_s", "torch native _scaled_mm")):
         t = row.get(key)
@@ -278,16 +291,16 @@ def _print_row(row: dict[str, object], label: str, rows: torch.Tensor | None) ->
           f"{row['cpu_over_fp32_matmul_process']:.2f}x (process CPU time)")
 
 
-def _config_rows(m: int, k: int, n: int, rows: torch.Tensor | None, repeat: int, base_s: float) -> list[dict[str, object]]:
+def _config_rows(m: int, n: int, k: int, rows: torch.Tensor | None, repeat: int, base_s: float) -> list[dict[str, object]]:
     """The cpu backend under every other configuration, bits checked first, against the base's time."""
     others: list[dict[str, object]] = []
     for config in CONFIGS[1:]:
-        refused = refusal(m, k, n, config)
+        refused = refusal(m, n, k, config)
         if refused is not None:  # e.g. S = 4 parts for a K of fewer k-tiles: not a call a GPU makes
             others.append({"config": config.label, "cpu_s": None, "refused": refused})
             print(f"  cpu, {config.label:44s} not timed: the call is refused ({refused.splitlines()[0]})")
             continue
-        xc, wc = _operands(m, k, n, config)
+        xc, wc = _operands(m, n, k, config)
         other = _caller(xc, wc, config)
         _check_bits(other, rows)
         t = median_time(partial(other, "cpu"), repeat)
@@ -296,24 +309,24 @@ def _config_rows(m: int, k: int, n: int, rows: torch.Tensor | None, repeat: int,
     return others
 
 
-def _shape_row(m: int, k: int, n: int, base: Config, repeat: int,
+def _shape_row(m: int, n: int, k: int, base: Config, repeat: int,
                native: bool = True) -> tuple[dict[str, object], torch.Tensor | None]:
     """One shape under the base configuration: bits checked, then the reference backend, the cpu backend,
     torch's fp32 matmul and (with ``native``) torch's native ``_scaled_mm`` timed. Returns the row and the
     reference's rows."""
     macs = m * n * k
-    x, w = _operands(m, k, n, base)
+    x, w = _operands(m, n, k, base)
     call = _caller(x, w, base)
     rows = _checked_rows(m, macs)
-    _progress(f"M, K, N = {m}, {k}, {n}: checking that the cpu and reference backends agree bit for bit")
+    _progress(f"M, N, K = {m}, {n}, {k}: checking that the cpu and reference backends agree bit for bit")
     _check_bits(call, rows)  # bits first (this also compiles the kernels)
-    row: dict[str, object] = {"shape": [m, k, n], "macs": macs, "config": base.label,
+    row: dict[str, object] = {"shape": [m, n, k], "macs": macs, "config": base.label,
                               "reference_rows": m if rows is None else int(rows.numel())}
-    _progress(f"M, K, N = {m}, {k}, {n}: timing the reference backend")
+    _progress(f"M, N, K = {m}, {n}, {k}: timing the reference backend")
     ref_s = median_time(partial(call, "reference", rows), 1 if macs > 2e9 else 3)
     row["reference_s"] = ref_s if rows is None else ref_s * m / rows.numel()
     xf, wf = x.float(), w.float()
-    _progress(f"M, K, N = {m}, {k}, {n}: timing the cpu backend and torch's fp32 matmul, {repeat} runs each")
+    _progress(f"M, N, K = {m}, {n}, {k}: timing the cpu backend and torch's fp32 matmul, {repeat} runs each")
     timed = interleaved_times({"cpu": partial(call, "cpu"), "mm": partial(torch.matmul, xf, wf.t())}, repeat)
     row["cpu_s"], row["cpu_process_s"] = timed["cpu"]
     row["torch_fp32_matmul_s"], row["torch_fp32_matmul_process_s"] = timed["mm"]
@@ -330,7 +343,8 @@ def _shape_row(m: int, k: int, n: int, base: Config, repeat: int,
 
 def run(shapes: list[tuple[int, int, int]], *, repeat: int, configs: bool, first_call: bool,
         json_path: str | None, profile: str = "hopper", zoo: bool = False, native: bool = True) -> dict[str, object]:
-    """Run the benchmark, print its table, and return (and optionally write) the figures."""
+    """Run the benchmark on ``shapes`` (each ``(M, N, K)``), print its table, and return (and optionally
+    write) the figures (each row's ``shape`` is ``[M, N, K]``)."""
     base = replace(CONFIGS[0], label=CONFIGS[0].label.replace("hopper", profile, 1), profile=profile)
     from .backends import _cpu_fp8
 
@@ -341,13 +355,13 @@ def run(shapes: list[tuple[int, int, int]], *, repeat: int, configs: bool, first
                                  "results": results}
     print(f"mmaemu {__version__} bench: torch {torch.__version__}, {torch.get_num_threads()} threads, "
           f"{report['cpu']}, FP8 kernel: {kernel}")
-    for m, k, n in shapes:
-        row, rows = _shape_row(m, k, n, base, repeat, native)
+    for m, n, k in shapes:
+        row, rows = _shape_row(m, n, k, base, repeat, native)
         _print_row(row, base.label, rows)
         if configs:
-            row["configs"] = _config_rows(m, k, n, rows, repeat, float(row["cpu_s"]))  # type: ignore[arg-type]
-        if zoo and (m, k, n) == tuple(shapes[-1]):
-            row["zoo"] = zoo_rows(m, k, n, repeat)
+            row["configs"] = _config_rows(m, n, k, rows, repeat, float(row["cpu_s"]))  # type: ignore[arg-type]
+        if zoo and (m, n, k) == tuple(shapes[-1]):
+            row["zoo"] = zoo_rows(m, n, k, repeat)
         results.append(row)
     if first_call:
         _progress("the first call in two fresh processes (compiling, then from the cache)")
@@ -364,7 +378,7 @@ def run(shapes: list[tuple[int, int, int]], *, repeat: int, configs: bool, first
 def main_bench(shapes: list[tuple[int, int, int]], *, repeat: int, configs: bool, first_call: bool,
                json_path: str | None, profile: str = "hopper", stream: TextIO | None = None,
                zoo: bool = False, native: bool = True) -> int:
-    """The ``bench`` command: 0 when everything was timed; 1 when bits differ (nothing more is timed);
+    """The ``bench`` command on ``shapes`` (each ``(M, N, K)``): 0 when everything was timed; 1 when bits differ (nothing more is timed);
     2 when the benchmark cannot run here (no cpu backend, a refused base call, an unwritable ``--json``).
 
     Every shape's base call is checked before anything is timed.
@@ -378,10 +392,10 @@ def main_bench(shapes: list[tuple[int, int, int]], *, repeat: int, configs: bool
                   "backend, so it needs it: pip install numba\n")
         return 2
     base = replace(CONFIGS[0], profile=profile)
-    for m, k, n in shapes:
-        refused = refusal(m, k, n, base)
+    for m, n, k in shapes:
+        refused = refusal(m, n, k, base)
         if refused is not None:
-            err.write(f"mmaemu bench: the call of shape {m}x{k}x{n} under profile {profile!r} is refused: {refused}\n")
+            err.write(f"mmaemu bench: the call of shape {m}x{n}x{k} under profile {profile!r} is refused: {refused}\n")
             return 2
     try:
         report = run(shapes, repeat=repeat, configs=configs, first_call=first_call, json_path=None, profile=profile,

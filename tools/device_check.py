@@ -508,7 +508,12 @@ def step_scaled_mm_vs_model(ctx: Context) -> dict[str, Any]:
 
 
 def exactness_cases(dry: bool) -> list[dict[str, Any]]:
-    """The exactness problems: (preset, formats, fast, split, M, N, K)."""
+    """The exactness problems: (preset, formats, fast, split, M, N, K).
+
+    Each split scheme runs S = 2, 3, 4 and 6 where the package accepts S parts over the split cases' K (the
+    dry run's K = 272 has 3 contiguous k-tiles, too few for S = 6: :func:`split_accepted`), so every case is
+    a call the package makes and a failure is the device's (tests/tools/test_device_check.py checks each).
+    """
     from mmaemu.split import Scheme, SplitK
 
     m, n = (9, 16) if dry else (192, 320)
@@ -520,16 +525,35 @@ def exactness_cases(dry: bool) -> list[dict[str, Any]]:
                 cases.append({"preset": preset, "fmt": pair, "fast": fast, "split": SplitK(1, Scheme.NONE),
                               "m": m, "n": n, "k": ks[0]})
         for scheme in (Scheme.CONTIGUOUS, Scheme.SERIAL, Scheme.PAIRWISE):
-            for s in (2, 3, 4, 6):
+            for s in [parts for parts in (2, 3, 4, 6) if split_accepted(ks[1], SplitK(parts, scheme))]:
                 for fast in (True, False):
                     cases.append({"preset": preset, "fmt": ("e4m3", "e4m3"), "fast": fast, "split": SplitK(s, scheme),
                                   "m": m // 2, "n": n // 2, "k": ks[1]})
     return cases
 
 
+def split_accepted(k: int, split: Any) -> bool:
+    """Whether the package accepts ``split`` over a reduction of length ``k``: its own rule
+    (mmaemu.accumulation.plan_accumulation refuses a split with more parts without a k-tile than any
+    reference GPU's table has), asked, not restated."""
+    from mmaemu.accumulation import plan_accumulation
+
+    try:
+        plan_accumulation(k, fast=True, split=split)
+    except ValueError:
+        return False
+    return True
+
+
+def exactness_plan(case: dict[str, Any]) -> Any:
+    """The accumulation plan of an exactness case (mmaemu.accumulation's checks: ValueError for a refused split)."""
+    from mmaemu.accumulation import plan_accumulation
+
+    return plan_accumulation(case["k"], fast=case["fast"], split=case["split"])
+
+
 def check_cases(ctx: Context, rows: list[dict[str, Any]], max_cases: int | None) -> int:
     """The Triton backend against the model on :func:`exactness_cases`; returns how many were skipped."""
-    from mmaemu.accumulation import plan_accumulation
     accumulate = triton_accumulate
     from mmaemu.presets import get_preset
 
@@ -545,7 +569,7 @@ def check_cases(ctx: Context, rows: list[dict[str, Any]], max_cases: int | None)
             a = adversarial(case["m"], case["k"], case["fmt"][0], 10 + i, ctx.device)
             b = adversarial(case["n"], case["k"], case["fmt"][1], 5000 + i, ctx.device)
             preset = get_preset(case["preset"])
-            plan = plan_accumulation(case["k"], fast=case["fast"], split=case["split"])
+            plan = exactness_plan(case)
             d = differing(accumulate(a, b, preset, plan), model_accumulate(a, b, preset, plan))
             rows.append({"case": label, "status": "exact" if d == 0 else f"{d} outputs differ"})
         except Exception as exc:  # noqa: BLE001 - a crash is a finding, reported with the case
@@ -579,11 +603,19 @@ def edge_cases(ctx: Context) -> list[tuple[str, Any, int, int, int, Any]]:
     return cases
 
 
+def edge_plan(label: str, k: int) -> Any:
+    """The accumulation plan of an edge of :func:`edge_cases`: the few-output edges split (S = 3 pairwise,
+    slow accumulation), the others run one fast chain."""
+    from mmaemu.accumulation import plan_accumulation
+    from mmaemu.split import Scheme, SplitK
+
+    few = label.startswith("few outputs")
+    return plan_accumulation(k, fast=not few, split=SplitK(3, Scheme.PAIRWISE) if few else SplitK(1, Scheme.NONE))
+
+
 def check_edges(ctx: Context, rows: list[dict[str, Any]]) -> int:
     """The edges of :func:`edge_cases` against the model (the last 64 rows of tall ones); returns how many
     were skipped."""
-    from mmaemu.accumulation import plan_accumulation
-    from mmaemu.split import Scheme, SplitK
     accumulate = triton_accumulate
     from mmaemu.backends.triton._selftest import selftest_kernel
     from mmaemu.presets import HOPPER
@@ -603,8 +635,7 @@ def check_edges(ctx: Context, rows: list[dict[str, Any]]) -> int:
             a = (adversarial(m, kk, "e4m3", 700 + i, dev) if m * kk < 2**28
                  else operands(m, kk, 700 + i, dev, ctx.dry))
             b = adversarial(n, kk, "e5m2" if i % 2 else "e4m3", 900 + i, dev)
-            few = label.startswith("few outputs")
-            plan = plan_accumulation(kk, fast=not few, split=SplitK(3, Scheme.PAIRWISE) if few else SplitK(1, Scheme.NONE))
+            plan = edge_plan(label, kk)
             if label.endswith(", RZ"):  # the exactly-defined formulation where the sm_90 one would run
                 with native_off():
                     got = accumulate(a, b, preset, plan)

@@ -30,7 +30,7 @@ def main(argv: list[str]) -> int:
         values = [row.get(key) or 0.0 for row in rows]
         ax.bar([x + i * width for x in range(len(rows))], [v * 1000 for v in values], width, label=label)
     ax.set_xticks([x + 0.4 - width / 2 for x in range(len(rows))])
-    ax.set_xticklabels([f"M, K, N = {', '.join(map(str, r['shape']))}" for r in rows])
+    ax.set_xticklabels([f"M, N, K = {', '.join(map(str, r['shape']))}" for r in rows])
     ax.set_yscale("log")
     ax.set_ylabel("GMAC/s (log scale)")
     ax.set_title(f"{data['threads']} CPU threads, torch {data['torch']}: exact backends against native kernels",

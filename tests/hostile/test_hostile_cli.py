@@ -221,6 +221,31 @@ _BAD = [
     ["bench", "--shape", "16x64"],
     ["bench", "--shape", "0x64x16"],
     ["bench", "--shape", "-16x64x16"],
+    ["bench", "--shape", "16x0x16"],
+    ["bench", "--shape", "16x16x0"],
+    ["bench", "--shape", "16x16x-16"],
+    ["bench", "--shape", "1.5x16x16"],
+    ["bench", "--shape", "16x16x1e3"],
+    ["bench", "--shape", "nanx16x16"],
+    ["bench", "--shape", "16x16x16x16"],
+    ["bench", "--shape", ""],
+    ["bench", "--shape", "x"],
+    ["bench", "--shape", "16xx16"],
+    ["bench", "--shape", "\uff11\uff16x16x16"],  # full-width digits, which int() takes
+    ["bench", "--shape", "16x16x1_6"],  # int() takes underscores too
+    ["bench", "--shape", "16x16x0x10"],
+    ["bench", "--shape", f"{1 << 31}x16x16"],
+    ["bench", "--shape", "16x16x" + "9" * 5000],  # beyond int()'s digit limit
+    ["bench", "--shape", "1000000x1000000x1000000"],  # old code: a RuntimeError traceback from the allocation
+    ["bench", "--shape", "16x16x16", "--shape", "1000000x1000000x1000000"],
+    ["explain", "1000000", "1000000", "1000000"],  # old code: a meta-tensor ValueError plan, exit 1
+    ["explain", str(1 << 22), str(1 << 22), str(1 << 22)],
+    ["explain", "\uff11\uff16", "16", "16"],
+    ["explain", "1_6", "16", "16"],
+    ["explain", "16", "16", "9" * 5000],
+    ["explain", "16", "16", "16e3"],
+    ["explain", "0x10", "16", "16"],
+    ["explain", "16", "", "16"],
     ["bench", "--profile", "garbage"],
     ["bench", "--preset", "garbage"],
     ["bench", "--repeat", "0"],
@@ -277,8 +302,8 @@ def test_good_option_values_still_parse() -> None:
     assert (args.M, args.splitk, args.fmt) == (0, SplitK(4, Scheme.PAIRWISE), (torch.float8_e5m2, torch.float8_e4m3fn))
     assert parser.parse_args(["explain", "1", "1", "1", "--splitk", "1"]).splitk == SplitK(1, Scheme.NONE)
     assert parser.parse_args(["explain", "1", "1", "1", "--splitk", "auto"]).splitk == "auto"
-    args = parser.parse_args(["bench", "--shape", "16X64x32", "--shape", "1x1x1", "--repeat", "2"])
-    assert args.shape == [(16, 32, 64), (1, 1, 1)] and args.repeat == 2
+    args = parser.parse_args(["bench", "--shape", "16X64x32", "--shape", " 1 x 1 x 1 ", "--repeat", "2"])
+    assert args.shape == [(16, 64, 32), (1, 1, 1)] and args.repeat == 2  # (M, N, K), as written
     args = parser.parse_args(["record", "--out", "new-dir", "--torch-workspace", str(4 << 20), "--budget-minutes", "0.5"])
     assert (args.torch_workspace, args.budget_minutes) == (4 << 20, 0.5)
 
@@ -315,12 +340,35 @@ def test_explain_reports_the_backend_of_a_cpu_call(capsys: pytest.CaptureFixture
     assert "backend:    cpu" in out and "fallback" not in out
 
 
-def test_explain_of_a_shape_too_large_to_reserve(capsys: pytest.CaptureFixture[str]) -> None:
-    code = cli.main(["explain", str(1 << 22), str(1 << 22), str(1 << 22), "--fast"])
-    out = capsys.readouterr().out
-    assert "mmaemu plan for M x N x K" in out and code in (0, 1)
-    if "note:" in out:
-        assert "meta tensors" in out
+@pytest.mark.parametrize("argv", [["explain", "1000000", "1000000", "1000000"],
+                                  ["bench", "--shape", "1000000x1000000x1000000"]])
+def test_a_shape_this_machine_cannot_hold_is_refused_before_anything_is_allocated(
+        argv: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The usage error comes from the sizes alone: nothing is allocated, not even reserved, first.
+
+    Old code: explain reserved CPU operands, then planned meta tensors (a ValueError plan, exit 1); bench
+    reserved them and ended in the allocator's RuntimeError (a traceback, exit 1).
+    """
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("an operand was allocated")
+
+    for name in ("empty", "empty_strided", "zeros", "randn"):
+        monkeypatch.setattr(torch, name, refuse)
+    err = _usage_error(argv, capsys)
+    assert "memory" in err and "meta" not in err
+
+
+def test_shape_errors_say_what_is_wrong(capsys: pytest.CaptureFixture[str]) -> None:
+    assert "not an integer" in _usage_error(["bench", "--shape", "16x16x1.5"], capsys)
+    assert "at least 1" in _usage_error(["bench", "--shape", "16x0x16"], capsys)
+    assert "at most 2,147,483,647" in _usage_error(["bench", "--shape", f"16x16x{1 << 40}"], capsys)
+    assert "at most 2,147,483,647" in _usage_error(["bench", "--shape", "16x16x" + "9" * 5000], capsys)
+    assert "at most 2,147,483,647" in _usage_error(["explain", "16", "16", "9" * 5000], capsys)
+    assert "MxNxK" in _usage_error(["bench", "--shape", "16x16"], capsys)
+    err = _usage_error(["explain", "1000000", "1000000", "1000000"], capsys)
+    assert err.startswith("usage: python -m mmaemu explain") and "1000000 x 1000000 x 1000000" in err
+    err = _usage_error(["bench", "--shape", "1000000x1000000x1000000"], capsys)
+    assert err.startswith("usage: python -m mmaemu bench") and "argument --shape" in err
 
 
 # -- 4. bench --profile; the module docstring ----------------------------------------------------------------------
@@ -330,7 +378,7 @@ def test_bench_takes_a_profile(monkeypatch: pytest.MonkeyPatch, capsys: pytest.C
     seen: list[dict[str, object]] = []
     monkeypatch.setattr(bench, "main_bench", lambda shapes, **kw: seen.append({"shapes": shapes, **kw}) or 0)
     assert cli.main(["bench", "--profile", "ada", "--shape", "16x32x64"]) == 0
-    assert seen[-1]["profile"] == "ada" and seen[-1]["shapes"] == [(16, 64, 32)]
+    assert seen[-1]["profile"] == "ada" and seen[-1]["shapes"] == [(16, 32, 64)]
     help_text = cli.build_parser()._subparsers._group_actions[0].choices["bench"].format_help()  # type: ignore[union-attr]
     assert "--profile" in help_text and "--preset" not in help_text
 

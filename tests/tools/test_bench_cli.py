@@ -19,10 +19,12 @@ def test_bench_small_shape(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert main(["bench", "--shape", "16x32x512", "--repeat", "1", "--configs", "--json", str(out)]) == 0
     data = json.loads(out.read_text())
     row = data["results"][0]
-    assert row["shape"] == [16, 512, 32] and row["cpu_s"] > 0 and row["reference_s"] > 0
+    assert row["shape"] == [16, 32, 512] and row["cpu_s"] > 0 and row["reference_s"] > 0  # M, N, K as given
+    assert row["macs"] == 16 * 32 * 512
     assert [c["config"] for c in row["configs"]] == [c.label for c in bench.CONFIGS[1:]]
     printed = capsys.readouterr().out
     assert "reference / cpu" in printed and "not timed" not in printed  # K = 512: every config runs
+    assert "M, N, K = 16, 32, 512 (" in printed and "M, K, N" not in printed
 
 
 def test_bench_no_native_skips_only_torchs_scaled_mm(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
@@ -97,9 +99,9 @@ def test_first_call_latency_reports_cold_and_warm(monkeypatch: pytest.MonkeyPatc
 def test_zoo_rows_run_at_the_last_shape_only(capsys: pytest.CaptureFixture[str]) -> None:
     """One run gives both bars: the base rows at every shape, the zoo table at the last one."""
     pytest.importorskip("numba")
-    report = bench.run([(16, 64, 16), (16, 32, 32)], repeat=1, configs=False, first_call=False, json_path=None, zoo=True)
+    report = bench.run([(16, 16, 64), (16, 32, 32)], repeat=1, configs=False, first_call=False, json_path=None, zoo=True)
     first, last = report["results"]  # type: ignore[misc]
     assert "zoo" not in first and [r["preset"] for r in last["zoo"]][:1] == ["volta"]
     assert all(r["over_e4m3"] > 0 for r in last["zoo"])
     assert report["cpu"] and report["cpu_fp8_kernel"] in ("avx512 (mmaemu.backends._cpu_fp8)", "portable")
-    assert "zoo: cpu accumulate at M, K, N = 16, 32, 32" in capsys.readouterr().out
+    assert "zoo: cpu accumulate at M, N, K = 16, 32, 32" in capsys.readouterr().out

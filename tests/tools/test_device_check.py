@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import load_tool
+from conftest import FULL, load_tool
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "tools" / "device_check.py"
@@ -185,3 +185,55 @@ def test_without_a_gpu_it_refuses_politely(tmp_path: Path) -> None:
         pytest.skip("a GPU is present")
     dc = _load()
     assert dc.run(["--out", str(tmp_path)]) == 2
+
+
+@pytest.mark.parametrize("dry", [True, False], ids=["dry-run", "gpu"])
+def test_every_case_is_a_call_the_package_accepts(dry: bool, tmp_path: Path) -> None:
+    """Every problem the check would run, on the GPU and in the dry run, passes the package's own checks, so a
+    failure it reports is the device's, not the check's: each exactness and edge case's accumulation plan
+    (as the check builds it), and each torch._scaled_mm shape's plan (mmaemu.explain, from the shape alone).
+    Planning only, no arithmetic: the dry run's arithmetic is the --full test below.
+
+    Old code: 4 of the dry run's 64 exactness cases (S = 6, contiguous, over K = 272: 3 of its 6 parts own no
+    k-tile, at most 2 are accepted) were refused.
+    """
+    dc = _load()
+    from mmaemu import explain
+    from mmaemu._shape_only import shape_only_operands
+
+    refused = []
+    for case in dc.exactness_cases(dry):
+        try:
+            dc.exactness_plan(case)
+        except ValueError as exc:
+            refused.append(f"{case}: {exc}")
+    ctx = _context(dc, tmp_path)
+    ctx.dry = dry
+    for label, _preset, _m, _n, k, _device in dc.edge_cases(ctx):
+        try:
+            dc.edge_plan(label, k)
+        except ValueError as exc:
+            refused.append(f"{label}: {exc}")
+    one = torch.tensor(1.0)
+    for m, n, k in (dc.DRY_EVO2_SHAPES + dc.DRY_SPLIT_SHAPES) if dry else (dc.EVO2_SHAPES + dc.SPLIT_SHAPES):
+        x, wt = shape_only_operands(m, n, k, torch.float8_e4m3fn, torch.float8_e4m3fn)
+        for out_dtype in (torch.float32, torch.bfloat16):
+            for fast in (True, False):
+                plan = explain(x, wt, one, one, out_dtype=out_dtype, use_fast_accum=fast)
+                if not plan.ok:
+                    refused.append(f"scaled_mm {m}x{n}x{k} {out_dtype} fast={fast}: {plan.validation}")
+    assert not refused, "\n".join(refused)
+    assert len(dc.exactness_cases(dry)) >= 60  # the filter drops only what the package refuses
+
+
+@pytest.mark.skipif(not FULL, reason="the whole dry run takes minutes (MMAEMU_FULL=1 or pytest --full)")
+def test_the_whole_dry_run_passes(tmp_path: Path) -> None:
+    """Every case of the dry run, not the first 3: all steps pass and every exactness row is exact."""
+    pytest.importorskip("triton", reason="triton is not installed (pip install 'mmaemu[triton]')")
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    done = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--out", str(tmp_path)],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=3000, check=False)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-3000:]
+    report = json.loads((tmp_path / "device_check.json").read_text())
+    rows = {s["name"]: s for s in report["steps"]}["exactness"]["result"]["rows"]
+    assert {r["status"] for r in rows} == {"exact"} and len(rows) == len(_load().exactness_cases(True)) + 7
