@@ -31,7 +31,7 @@ from .platforms.profiles import Profile, get_profile
 from .platforms.splitk import Problem, SplitDecision, SplitSource, combo_verified, resolve_splitk, split_warnings
 from .model import dot
 from .presets import Accumulator, Architecture, CMode, Preset, instruction_preset
-from .split import AUTO, SplitK, SplitKArg, SplitKSpec, parse_splitk
+from .split import AUTO, Scheme, SplitK, SplitKArg, SplitKSpec, parse_splitk
 
 __all__ = ["scaled_mm", "accumulate", "decide_split", "prepare_call"]
 
@@ -81,8 +81,26 @@ def _check_fast_accum(use_fast_accum: object, where: str) -> bool:
 _ZOO_WARNED: set[str] = set()
 
 
-def _explicit_split(splitk: SplitKArg) -> SplitK:
-    """:func:`accumulate`'s ``splitk``: an explicit split only (``"auto"`` decides a whole call)."""
+def _explicit_split(splitk: SplitKArg | SplitDecision | None, fp8: bool) -> SplitK:
+    """:func:`accumulate`'s ``splitk``: an explicit split or a decision (``"auto"`` decides a whole call).
+
+    [Note: accumulate's split] ``scaled_mm`` decides the split from the whole call (``splitk="auto"``: the
+    reference GPU's cuBLASLt decision depends on the output dtype as well as the shape), which
+    ``accumulate`` does not see. So FP8 operands need ``splitk=`` spelled out: ``1``, ``(S, scheme)``, or the
+    decision ``explain`` made for the ``scaled_mm`` call (``plan.split``); a default of no split would differ
+    silently from ``scaled_mm`` wherever the reference GPU splits. The zoo formats and the fp16 accumulator
+    are one chain, so for them ``None`` means ``1``.
+    """
+    if splitk is None:
+        if not fp8:
+            return SplitK(1, Scheme.NONE)
+        raise TypeError(
+            "accumulate() of FP8 operands needs splitk=: the reference GPU may split K, and scaled_mm decides "
+            "that from the whole call (its output dtype too). Pass splitk=mmaemu.explain(<the scaled_mm "
+            "arguments>).split for the split scaled_mm uses, splitk=1 for no split, or (S, scheme)"
+        )
+    if isinstance(splitk, SplitDecision):
+        return splitk.split
     parsed = parse_splitk(splitk)
     if not isinstance(parsed, SplitK):
         raise ValueError(
@@ -131,7 +149,7 @@ def accumulate(
     b: torch.Tensor,
     *,
     use_fast_accum: bool,
-    splitk: SplitKArg = 1,
+    splitk: SplitKArg | SplitDecision | None = None,
     profile: str | Profile | None = None,
     preset: str | Preset | None = None,
     backend: str | Backend = "auto",
@@ -150,7 +168,9 @@ def accumulate(
         use_fast_accum: FP8: one tensor-core chain over K (True), or a new chain every 128 elements
             with the chain results added in fp32 (False). No default, on purpose. The zoo formats
             take True only (one chain).
-        splitk: ``1`` or an explicit split ``(S, "contiguous" | "serial" | "pairwise")`` (FP8 only).
+        splitk: FP8 operands: required, ``1``, an explicit split ``(S, "contiguous" | "serial" |
+            "pairwise")``, or a :class:`~mmaemu.SplitDecision` (``mmaemu.explain(...).split``: the split
+            ``scaled_mm`` uses for that call). The zoo formats and the fp16 accumulator: ``None`` or ``1``.
         profile: reference platform whose preset is used (:meth:`~mmaemu.options.Options.parse`); for the
             zoo formats its architecture (``hopper`` or ``ada``) is the default preset.
         preset: the instruction instead of the profile's: for the zoo formats ``"volta"``,
@@ -164,7 +184,8 @@ def accumulate(
         row m of ``a`` or row n of ``b`` gives the canonical NaN at (m, n); Inf operands follow IEEE.
 
     Raises:
-        TypeError: ``use_fast_accum`` not a bool, ``a`` or ``b`` not a tensor, a platform argument's type.
+        TypeError: ``use_fast_accum`` not a bool, FP8 operands without ``splitk``, ``a`` or ``b`` not a
+            tensor, a platform argument's type.
         ValueError: operands not 2-D matrices of one accepted format sharing K and a device (a float32
             operand holds tf32 values), ``meta`` tensors, an invalid platform argument (an unknown name
             is an ``UnknownNameError``), or both ``profile`` and ``preset``.
@@ -177,7 +198,7 @@ def accumulate(
     Example:
         >>> import torch, mmaemu
         >>> a = torch.ones(2, 40).to(torch.float8_e4m3fn)
-        >>> mmaemu.accumulate(a, a, use_fast_accum=True)
+        >>> mmaemu.accumulate(a, a, use_fast_accum=True, splitk=1)
         tensor([[40., 40.],
                 [40., 40.]])
         >>> import warnings
@@ -192,7 +213,7 @@ def accumulate(
     if profile is not None and preset is not None:
         raise ValueError("pass profile= or preset=, not both: preset= names the instruction a profile would choose")
     refuse_autograd(("a", a), ("b", b))
-    split = _explicit_split(splitk)
+    split = _explicit_split(splitk, fp8=not zoo and accumulator is torch.float32)
     if accumulator is not torch.float32:
         return _accumulate_half(a, b, accumulator, preset, profile, fast, split, backend)
     chosen_preset = (_zoo_preset(a, b, preset, profile, fast, split) if zoo

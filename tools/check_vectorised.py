@@ -31,9 +31,9 @@ import os, torch, mmaemu
 a = torch.randn(8, 64).to(torch.float8_e4m3fn)
 b = torch.randn(300, 64).to(torch.float8_e4m3fn)
 os.environ["MMAEMU_CPU_PORTABLE"] = "1"
-mmaemu.accumulate(a, b, use_fast_accum=True, backend="cpu")
+mmaemu.accumulate(a, b, use_fast_accum=True, splitk=1, backend="cpu")
 os.environ["MMAEMU_CPU_PORTABLE"] = "0"
-mmaemu.accumulate(a, b, use_fast_accum=True, backend="cpu")
+mmaemu.accumulate(a, b, use_fast_accum=True, splitk=1, backend="cpu")
 """
 
 #: name -> regular expression that a vectorised hot loop must produce

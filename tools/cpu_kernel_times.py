@@ -56,7 +56,7 @@ def main() -> None:
     warnings.simplefilter("ignore", mmaemu.errors.ExperimentalPresetWarning)
     for name, (a, b, preset) in cases(m, k, n).items():
         def call(a: torch.Tensor = a, b: torch.Tensor = b, preset: str | None = preset) -> torch.Tensor:
-            return mmaemu.accumulate(a, b, use_fast_accum=True, backend="cpu", preset=preset)
+            return mmaemu.accumulate(a, b, use_fast_accum=True, splitk=1, backend="cpu", preset=preset)
         seconds = best_cpu_time(call, args.repeat)
         digest = hashlib.sha1(call().view(torch.int32).numpy().tobytes()).hexdigest()[:12]
         print(f"{name:16s} {seconds * 1e3:8.1f} ms  {digest}")

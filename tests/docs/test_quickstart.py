@@ -71,9 +71,11 @@ def test_quickstart_hopper_vs_ada() -> None:
     assert (differing, y.numel()) == (DIFFERING, M * N)  # the seeds: "about 8%"
     assert sha256(y) == Y_HOPPER_SHA256
     assert sha256(y_ada) == Y_ADA_SHA256
-    # the accumulate/epilogue split gives the same bits, on both profiles
-    acc = mmaemu.accumulate(x, w, use_fast_accum=True, profile="hopper")
-    acc_ada = mmaemu.accumulate(x, w, use_fast_accum=True, profile="ada")
+    # the accumulate/epilogue split gives the same bits, on both profiles, with the split explain reports
+    split = mmaemu.explain(x, w.t(), sx, sw, out_dtype=torch.bfloat16, use_fast_accum=True, profile="hopper").split
+    split_ada = mmaemu.explain(x, w.t(), sx, sw, out_dtype=torch.bfloat16, use_fast_accum=True, profile="ada").split
+    acc = mmaemu.accumulate(x, w, use_fast_accum=True, splitk=split, profile="hopper")
+    acc_ada = mmaemu.accumulate(x, w, use_fast_accum=True, splitk=split_ada, profile="ada")
     assert (acc.dtype, tuple(acc.shape)) == (torch.float32, (M, N))
     assert sha256(acc) == ACC_HOPPER_SHA256
     assert sha256(acc_ada) == ACC_ADA_SHA256

@@ -368,7 +368,7 @@ def test_meta_tensors_raise_a_clear_error() -> None:
     assert plan.validation == (type(result).__name__, str(result))
     a = mat(16, 32).to("meta")
     with pytest.raises(ValueError, match="'meta' device"):
-        mmaemu.accumulate(a, a, use_fast_accum=True)
+        mmaemu.accumulate(a, a, use_fast_accum=True, splitk=1)
     args, kw = split(meta_call())
     with pytest.raises(ValueError, match="'meta' device"), mmaemu.emulate(profile="hopper", splitk=1):
         torch._scaled_mm(*args, out_dtype=torch.bfloat16, use_fast_accum=True)
@@ -391,7 +391,7 @@ NOT_BOOLS = ["False", "True", None, 0, 1, np.bool_(False), torch.tensor(True)]
 def test_accumulate_refuses_non_bool_fast_accum(value: Any) -> None:
     a = mat(2, 32)
     with pytest.raises(TypeError, match="use_fast_accum.*must be bool"):
-        mmaemu.accumulate(a, a, use_fast_accum=value)
+        mmaemu.accumulate(a, a, use_fast_accum=value, splitk=1)
 
 
 @pytest.mark.parametrize("value", NOT_BOOLS, ids=repr)
@@ -419,7 +419,7 @@ def test_operator_and_emulate_refuse_bad_backend_and_profile_types() -> None:
     with pytest.raises(TypeError, match="profile"):
         mmaemu.emulate(profile=["hopper"])  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="backend"):
-        mmaemu.accumulate(mat(2, 32), mat(2, 32), use_fast_accum=True, backend=None)  # type: ignore[arg-type]
+        mmaemu.accumulate(mat(2, 32), mat(2, 32), use_fast_accum=True, splitk=1, backend=None)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("value", ["float16", np.float16, None, 16], ids=repr)
@@ -427,7 +427,7 @@ def test_accumulate_refuses_an_accumulator_that_is_not_a_dtype(value: Any) -> No
     a = mat(2, 32)
     before = a.view(torch.uint8).clone()
     with pytest.raises(TypeError, match="accumulator must be a torch.dtype"):
-        mmaemu.accumulate(a, a, use_fast_accum=True, preset="ada", accumulator=value)
+        mmaemu.accumulate(a, a, use_fast_accum=True, splitk=1, preset="ada", accumulator=value)
     assert torch.equal(a.view(torch.uint8), before)
 
 
@@ -435,21 +435,21 @@ def test_accumulate_with_an_fp16_accumulator_refuses_before_computing() -> None:
     """Each refusal of the fp16 accumulator's own checks, and the shared ones, before anything runs."""
     a = mat(2, 32)
     with pytest.raises(ValueError, match="torch.float32 or torch.float16, got torch.float64"):
-        mmaemu.accumulate(a, a, use_fast_accum=True, preset="ada", accumulator=torch.float64)
+        mmaemu.accumulate(a, a, use_fast_accum=True, splitk=1, preset="ada", accumulator=torch.float64)
     with pytest.raises(ValueError, match="meta"):
-        mmaemu.accumulate(a.to("meta"), a.to("meta"), use_fast_accum=True, preset="ada", accumulator=torch.float16)
+        mmaemu.accumulate(a.to("meta"), a.to("meta"), use_fast_accum=True, splitk=1, preset="ada", accumulator=torch.float16)
     grad = torch.ones(2, 32, dtype=torch.float16, requires_grad=True)
     with pytest.raises(mmaemu.UnsupportedFeatureError, match="grad"):
-        mmaemu.accumulate(grad, grad, use_fast_accum=True, preset="volta", accumulator=torch.float16)
+        mmaemu.accumulate(grad, grad, use_fast_accum=True, splitk=1, preset="volta", accumulator=torch.float16)
     with pytest.raises(TypeError, match="backend"):
-        mmaemu.accumulate(a, a, use_fast_accum=True, preset="ada", accumulator=torch.float16, backend=None)  # type: ignore[arg-type]
+        mmaemu.accumulate(a, a, use_fast_accum=True, splitk=1, preset="ada", accumulator=torch.float16, backend=None)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="not both"):
-        mmaemu.accumulate(a, a, use_fast_accum=True, preset="ada", profile="hopper", accumulator=torch.float16)
+        mmaemu.accumulate(a, a, use_fast_accum=True, splitk=1, preset="ada", profile="hopper", accumulator=torch.float16)
 
 
 def test_accumulate_refuses_non_tensors_with_type_error() -> None:
     with pytest.raises(TypeError, match="a must be a 2-D tensor .FP8, float16, bfloat16 or tf32 float32"):
-        mmaemu.accumulate(np.ones((2, 32)), mat(2, 32), use_fast_accum=True)  # type: ignore[arg-type]
+        mmaemu.accumulate(np.ones((2, 32)), mat(2, 32), use_fast_accum=True, splitk=1)  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -532,6 +532,6 @@ def test_accumulate_checks_subnormals() -> None:
         pytest.skip("this CPU cannot flush denormals")
     try:
         with pytest.raises(mmaemu.MmaemuError, match="flushes subnormal"):
-            mmaemu.accumulate(mat(2, 32), mat(2, 32), use_fast_accum=True)
+            mmaemu.accumulate(mat(2, 32), mat(2, 32), use_fast_accum=True, splitk=1)
     finally:
         torch.set_flush_denormal(False)

@@ -715,7 +715,7 @@ def _default_profile_calls() -> dict[str, Callable[[dict[str, Any], str | None],
                                 profile=p, splitk=1)
 
     def acc(i: dict[str, Any], p: str | None) -> Any:
-        return mmaemu.accumulate(i["mat1"], i["mat2"].t(), use_fast_accum=False, profile=p)
+        return mmaemu.accumulate(i["mat1"], i["mat2"].t(), use_fast_accum=False, splitk=1, profile=p)
 
     def op(i: dict[str, Any], p: str | None) -> Any:
         return mmaemu.ops.scaled_mm(i["mat1"], i["mat2"], i["scale_a"], i["scale_b"], out_dtype=torch.float32,

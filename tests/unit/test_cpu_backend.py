@@ -64,8 +64,8 @@ def test_consecutive_calls_do_not_see_each_others_operands() -> None:
     big = [torch.randn(40, 300, generator=gen).to(torch.float8_e4m3fn) for _ in range(2)]
     small = [torch.randn(7, 100, generator=gen).to(torch.float8_e4m3fn) for _ in range(2)]
     for a, b in (big, small, big):
-        got = mmaemu.accumulate(a, b, use_fast_accum=True, backend="cpu")
-        want = mmaemu.accumulate(a, b, use_fast_accum=True, backend="reference")
+        got = mmaemu.accumulate(a, b, use_fast_accum=True, splitk=1, backend="cpu")
+        want = mmaemu.accumulate(a, b, use_fast_accum=True, splitk=1, backend="reference")
         assert torch.equal(got.view(torch.int32), want.view(torch.int32))
 
 
@@ -78,13 +78,13 @@ def test_concurrent_calls_from_several_threads() -> None:
     gen = torch.Generator().manual_seed(5)
     cases = [(torch.randn(24 + i, 160, generator=gen).to(torch.float8_e4m3fn),
               torch.randn(300 - 7 * i, 160, generator=gen).to(torch.float8_e4m3fn)) for i in range(4)]
-    want = [mmaemu.accumulate(a, b, use_fast_accum=False, backend="reference") for a, b in cases]
+    want = [mmaemu.accumulate(a, b, use_fast_accum=False, splitk=1, backend="reference") for a, b in cases]
     failures: list[str] = []
 
     def work(i: int) -> None:
         a, b = cases[i]
         for _ in range(10):
-            got = mmaemu.accumulate(a, b, use_fast_accum=False, backend="cpu")
+            got = mmaemu.accumulate(a, b, use_fast_accum=False, splitk=1, backend="cpu")
             if not torch.equal(got.view(torch.int32), want[i].view(torch.int32)):
                 failures.append(f"thread {i}")
 

@@ -92,7 +92,7 @@ def test_scaled_mm_uses_the_default_order_and_warns() -> None:
     one = torch.tensor(1.0)
     with pytest.warns(mmaemu.UnverifiedEpilogueWarning, match="experimental"):
         y = mmaemu.scaled_mm(a, b.t(), one, one, bias, out_dtype=torch.bfloat16, use_fast_accum=True, splitk=1)
-    acc = mmaemu.accumulate(a, b, use_fast_accum=True)
+    acc = mmaemu.accumulate(a, b, use_fast_accum=True, splitk=1)
     want = epilogue(acc, one, one, out_dtype=torch.bfloat16, bias=bias, bias_order=BiasOrder.AFTER_SCALE)
     mmaemu.testing.assert_bitwise_equal(y, want)
 
@@ -171,3 +171,24 @@ def test_special_accumulators_and_scales(out: str, scratch: bool) -> None:
             assert got == want, (hex(sa), hex(sb), out, [(hex(a), hex(g), hex(w)) for a, g, w in
                                                          zip(_SPECIAL_ACC, got, want) if g != w])
     assert torch.equal(acc.view(torch.int32), before.view(torch.int32))  # epilogue did not write into acc
+
+
+def test_two_steps_equal_scaled_mm_where_the_reference_gpu_splits() -> None:
+    """``epilogue(accumulate(...))`` with the split ``explain`` reports equals ``scaled_mm``, at a shape the
+    H100 table splits (16 x 128 x 16,384: S = 6), and FP8 operands without ``splitk`` raise instead of
+    silently computing the unsplit sum (which differs in about half of these outputs)."""
+    torch.manual_seed(3)
+    a = (torch.randn(16, 16384) * 64).clamp(-448, 448).to(torch.float8_e4m3fn)
+    b = (torch.randn(128, 16384) * 64).clamp(-448, 448).to(torch.float8_e4m3fn)
+    sa, sb = torch.tensor(1 / 16), torch.tensor(1 / 8)
+    kwargs = {"out_dtype": torch.bfloat16, "use_fast_accum": True}
+    plan = mmaemu.explain(a, b.t(), sa, sb, **kwargs)
+    assert plan.split is not None and plan.split.parts == 6
+    y = mmaemu.scaled_mm(a, b.t(), sa, sb, **kwargs)
+    two_steps = epilogue(mmaemu.accumulate(a, b, use_fast_accum=True, splitk=plan.split), sa, sb,
+                         out_dtype=torch.bfloat16)
+    mmaemu.testing.assert_bitwise_equal(two_steps, y)
+    unsplit = epilogue(mmaemu.accumulate(a, b, use_fast_accum=True, splitk=1), sa, sb, out_dtype=torch.bfloat16)
+    assert bool((unsplit.view(torch.int16) != y.view(torch.int16)).any())
+    with pytest.raises(TypeError, match="needs splitk="):
+        mmaemu.accumulate(a, b, use_fast_accum=False)

@@ -186,7 +186,7 @@ def test_fp16_accumulator_with_fp8_operands_follows_the_preset() -> None:
     with pytest.raises(UnsupportedFeatureError, match="fp16 accumulator"), pytest.warns(mmaemu.ExperimentalPresetWarning):
         mmaemu.model.dot(a, a, c16, preset="sm120")
     with pytest.raises(UnsupportedFeatureError, match="fp32 accumulator"):
-        mmaemu.accumulate(a.reshape(1, -1), a.reshape(1, -1), use_fast_accum=True, preset="hopper_mma_sync")
+        mmaemu.accumulate(a.reshape(1, -1), a.reshape(1, -1), use_fast_accum=True, splitk=1, preset="hopper_mma_sync")
     # bf16 and tf32 instructions have no fp16 accumulator
     h = torch.ones(8, dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="FP8 and fp16 operands only"):

@@ -208,7 +208,7 @@ def test_explicit_triton_raises_when_the_selftest_failed(clean_state: None) -> N
     triton_selftest._REPORTS["cpu"] = _failed_report("cpu")
     a = torch.ones(2, 32).to(torch.float8_e4m3fn)
     with pytest.raises(BackendUnavailableError, match=r"chain_gemm\[B=16,F=13\] tile 64x64/8w failed: case 'x'"):
-        mmaemu.accumulate(a, a, use_fast_accum=True, backend="triton")
+        mmaemu.accumulate(a, a, use_fast_accum=True, splitk=1, backend="triton")
 
 
 @needs_triton

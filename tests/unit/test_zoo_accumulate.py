@@ -114,10 +114,10 @@ def test_operands_of_two_formats_or_not_tf32_are_refused() -> None:
 
 def test_fp8_accumulate_takes_a_preset_too() -> None:
     a = torch.randn(4, 40).to(torch.float8_e4m3fn)
-    assert_bitwise_equal(mmaemu.accumulate(a, a, use_fast_accum=True, preset="ada"),
-                         mmaemu.accumulate(a, a, use_fast_accum=True, profile="ada"))
+    assert_bitwise_equal(mmaemu.accumulate(a, a, use_fast_accum=True, splitk=1, preset="ada"),
+                         mmaemu.accumulate(a, a, use_fast_accum=True, splitk=1, profile="ada"))
     with pytest.raises(UnsupportedFeatureError, match="no FP8 tensor cores"):
-        mmaemu.accumulate(a, a, use_fast_accum=True, preset="ampere")
+        mmaemu.accumulate(a, a, use_fast_accum=True, splitk=1, preset="ampere")
 
 
 @pytest.mark.parametrize("portable", ["0", "1"])
