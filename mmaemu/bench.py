@@ -162,7 +162,7 @@ import time, torch
 import mmaemu
 a = torch.ones(4, 64).to(torch.float8_e4m3fn)
 start = time.perf_counter()
-mmaemu.accumulate(a, a, use_fast_accum=True, backend="cpu")
+mmaemu.accumulate(a, a, use_fast_accum=True, splitk=1, backend="cpu")
 print(time.perf_counter() - start)
 """
 
