@@ -9,12 +9,12 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import os
-import warnings
 from typing import TYPE_CHECKING, Any
 
 from . import model, ops, testing
 from .call import accumulate, scaled_mm
 from .epilogue import BiasOrder, epilogue
+from .errors import warn_caller as _warn_caller
 from .errors import (
     BackendFallbackWarning,
     BackendUnavailableError,
@@ -105,13 +105,13 @@ def _warn_if_foreign_install() -> None:
         return
     except Exception:  # noqa: BLE001 - unreadable metadata: nothing to say
         return
-    warnings.warn(
+    _warn_caller(
         f"the distribution {FOREIGN_DISTRIBUTION!r} {other.version} is installed in {where}: it is either "
         f"PyPI's project of that name (a different code base) or an old install of this one under its old "
         f"name, and it installs its own 'mmaemu' package over this one's files. Run: pip uninstall "
         f"{FOREIGN_DISTRIBUTION}, then reinstall this project (pip install --force-reinstall . from its "
         f"checkout, whose distribution is {DISTRIBUTION!r})",
-        MmaemuWarning, stacklevel=2)
+        MmaemuWarning)
 
 
 _warn_if_foreign_install()

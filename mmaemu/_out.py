@@ -8,9 +8,10 @@ refused (:mod:`mmaemu.checks`, [Note: out]).
 from __future__ import annotations
 
 import math
-import warnings
 
 import torch
+
+from .errors import warn_caller
 
 __all__ = ["check_out_overlap", "out_resize_warning", "resize_out_like_torch"]
 
@@ -91,7 +92,7 @@ def resize_out_like_torch(out: torch.Tensor | None, m: int, n: int, *, warn: boo
         return
     message = out_resize_warning(out, m, n) if warn else None
     if message is not None:
-        warnings.warn(message, UserWarning, stacklevel=4)
+        warn_caller(message, UserWarning)
     with torch.no_grad():
         if out.requires_grad:  # torch resizes below autograd; Tensor.resize_ refuses tensors requiring grad
             with torch._C._AutoDispatchBelowAutograd():

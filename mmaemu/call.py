@@ -18,6 +18,7 @@ from .backends import run as run_backend
 from .checks import CheckedCall, check_call
 from .epilogue import BiasOrder, scratch_epilogue
 from .errors import (
+    warn_caller,
     ExperimentalPresetWarning,
     UnsupportedFeatureError,
     UnverifiedEpilogueWarning,
@@ -224,7 +225,7 @@ def accumulate(
         check_cpu_subnormals()
     plan = plan_accumulation(a.shape[1], fast=fast, split=split)
     if plan.unverified_empty_parts:
-        warnings.warn(_empty_parts_message(split, plan.k, plan.unverified_empty_parts), UnverifiedSplitWarning, stacklevel=2)
+        warn_caller(_empty_parts_message(split, plan.k, plan.unverified_empty_parts), UnverifiedSplitWarning)
     return _run(a, b, chosen_preset, fast, split, chosen)
 
 
@@ -266,10 +267,9 @@ def _accumulate_half(a: torch.Tensor, b: torch.Tensor, accumulator: torch.dtype,
     _accumulate_backend(parse_backend(backend), a.device, None)
     if resolved.name not in _HALF_WARNED:
         _HALF_WARNED.add(resolved.name)
-        warnings.warn(
+        warn_caller(
             f"accumulate() with an fp16 accumulator on preset {resolved.name!r}: one chain of the recorded "
-            "instruction over K, not a recorded GEMM", ExperimentalPresetWarning, stacklevel=3,
-        )
+            "instruction over K, not a recorded GEMM", ExperimentalPresetWarning)
     m, n, k = a.shape[0], b.shape[0], a.shape[1]
     out = torch.zeros((m, n), dtype=torch.float16, device=a.device)
     rows = max(1, _HALF_ELEMENTS // max(1, n * k))
@@ -303,12 +303,10 @@ def _zoo_preset(a: torch.Tensor, b: torch.Tensor, preset: str | Preset | None, p
         )
     if resolved.name not in _ZOO_WARNED:
         _ZOO_WARNED.add(resolved.name)
-        warnings.warn(
+        warn_caller(
             f"accumulate() with {fmt.short_name} operands on preset {resolved.name!r}: one chain of the recorded "
             "instruction over K, not a recorded GEMM (cuBLAS may split K or order the blocks otherwise)",
-            ExperimentalPresetWarning,
-            stacklevel=3,
-        )
+            ExperimentalPresetWarning)
     return resolved
 
 
@@ -347,17 +345,15 @@ def prepare_call(
         _check_preset_supports(prof.preset, checked.fast, split)
         plan = plan_accumulation(checked.k, fast=checked.fast, split=split)
         if plan.unverified_empty_parts:
-            warnings.warn(_empty_parts_message(split, plan.k, plan.unverified_empty_parts), UnverifiedSplitWarning,
-                          stacklevel=4)
+            warn_caller(_empty_parts_message(split, plan.k, plan.unverified_empty_parts), UnverifiedSplitWarning)
     if bias is not None and prof.bias_order is None and not checked.empty:
-        warnings.warn(
+        warn_caller(
             f"{prof.name}: bias= is experimental: no recording of the {prof.gpu}'s biased output decides where its "
             f"epilogue adds the bias; computed as {BiasOrder.AFTER_SCALE.value!r} (mmaemu.epilogue.BiasOrder: scaled "
-            "and rounded to fp32, then the bias added and rounded again)", UnverifiedEpilogueWarning, stacklevel=4,
-        )
+            "and rounded to fp32, then the bias added and rounded again)", UnverifiedEpilogueWarning)
     resize_message = out_resize_warning(out, checked.m, checked.n)
     if resize_message is not None:
-        warnings.warn(resize_message, UserWarning, stacklevel=4)
+        warn_caller(resize_message, UserWarning)
     return prof, checked, decision, chosen
 
 

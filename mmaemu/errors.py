@@ -8,6 +8,10 @@ around ``torch._scaled_mm`` keeps working.
 
 from __future__ import annotations
 
+import os
+import sys
+import warnings
+
 __all__ = [
     "MmaemuError",
     "SplitKUnknownError",
@@ -103,3 +107,29 @@ class UnverifiedEpilogueWarning(MmaemuWarning):
 class InferredSplitWarning(MmaemuWarning):
     """A split-K decision inferred by a rule that every recorded row obeys, not read from a recorded row
     (``source="inference"``, experimental: ``MMAEMU_SPLITK_STRICT=1`` refuses it)."""
+
+
+def warn_caller(message: str, category: type[Warning]) -> None:
+    """``warnings.warn(message, category)`` attributed to the user's line: the first frame outside mmaemu
+    and torch (a call through ``emulate()``, a module's ``forward`` or the operator passes through both).
+
+    Python's default filter then shows a warning once per user call site, and the location printed is
+    the line the user can change, however deep inside mmaemu the warning was decided.
+    """
+    skipped = tuple(_skipped_prefixes())
+    frame = sys._getframe(1)
+    level = 2  # stacklevel 2: the caller of this function
+    while frame is not None and frame.f_code.co_filename.startswith(skipped):
+        frame = frame.f_back  # type: ignore[assignment]
+        level += 1
+    warnings.warn(message, category, stacklevel=level)
+
+
+def _skipped_prefixes() -> list[str]:
+    """Folders whose frames a warning is never attributed to: this package's and torch's."""
+    folders = [os.path.dirname(os.path.abspath(__file__))]
+    torch_module = sys.modules.get("torch")
+    torch_file = getattr(torch_module, "__file__", None)
+    if torch_file:
+        folders.append(os.path.dirname(os.path.abspath(torch_file)))
+    return [folder + os.sep for folder in folders]

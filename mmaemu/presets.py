@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import warnings
 from dataclasses import dataclass
 
 import torch
 
 from ._enums import TextEnum
-from .errors import ExperimentalPresetWarning, UnknownNameError, UnsupportedFeatureError
+from .errors import ExperimentalPresetWarning, UnknownNameError, UnsupportedFeatureError, warn_caller
 from .formats import FP8_DTYPES, WideFormat
 
 __all__ = [
@@ -449,11 +448,9 @@ def get_preset(preset: str | Preset, *, warn: bool = True) -> Preset:
     if preset in _ALIASES:
         target = _ALIASES[preset]
         if warn:
-            warnings.warn(
+            warn_caller(
                 f"preset {preset!r} is an alias of the experimental {target!r}: {_WARNINGS[target]}",
-                ExperimentalPresetWarning,
-                stacklevel=3,
-            )
+                ExperimentalPresetWarning)
         return _PRESETS[target]
     try:
         found = _PRESETS[preset]
@@ -466,4 +463,4 @@ def get_preset(preset: str | Preset, *, warn: bool = True) -> Preset:
 
 
 def _warn_experimental(name: str, why: str) -> None:
-    warnings.warn(f"preset {name!r} is experimental: {why}", ExperimentalPresetWarning, stacklevel=4)
+    warn_caller(f"preset {name!r} is experimental: {why}", ExperimentalPresetWarning)

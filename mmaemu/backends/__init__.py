@@ -14,13 +14,12 @@ alone send what a backend does not express to the reference backend and apply th
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import torch
 
 from ..accumulation import AccumulationPlan
-from ..errors import BackendFallbackWarning, BackendUnavailableError
+from ..errors import BackendFallbackWarning, BackendUnavailableError, warn_caller
 from ..presets import Preset
 from . import _dispatch
 from .capabilities import (
@@ -123,11 +122,9 @@ def _warn_fallback_once(backend: Backend, device: torch.device, reason: str) -> 
     if key in _WARNED:
         return
     _WARNED.add(key)
-    warnings.warn(
+    warn_caller(
         f"backend='auto' falls back to the reference backend on {key}: backend {backend.value!r} {reason}",
-        BackendFallbackWarning,
-        stacklevel=4,
-    )
+        BackendFallbackWarning)
 
 
 def auto_fallback(device: torch.device) -> str | None:

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import enum
 import os
-import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..epilogue import BiasOrder
-from ..errors import ExperimentalPresetWarning, UnknownNameError
+from ..errors import ExperimentalPresetWarning, UnknownNameError, warn_caller
 from ..presets import ADA, B200_MMA_SYNC, HOPPER, Maturity, Preset
 from ..split import Scheme
 from .table import USER_TABLES, WS_BYTES, SplitTable, register_table
@@ -258,10 +257,8 @@ def get_profile(profile: str | Profile | None, *, warn: bool = True) -> Profile:
     if warn and found.maturity is Maturity.EXPERIMENTAL:
         reason = ("its recording's replay did not prove every claim (see profile.evidence)" if found.evidence is not None
                   else "no reference platform's recordings back its split-K decisions")
-        warnings.warn(
+        warn_caller(
             f"profile {found.name!r} is experimental: {reason}"
             + (" and its preset is fitted to instruction-level vectors only" if found.preset is B200_MMA_SYNC else ""),
-            ExperimentalPresetWarning,
-            stacklevel=3,
-        )
+            ExperimentalPresetWarning)
     return found

@@ -32,6 +32,7 @@ import numpy as np
 
 from .._enums import TextEnum
 from ..errors import (
+    warn_caller,
     InferredSplitWarning,
     SplitKUnknownError,
     UnvalidatedEnvelopeWarning,
@@ -177,25 +178,21 @@ def combo_verified(profile: Profile, problem: Problem, s: int, scheme: Scheme) -
 def split_warnings(profile: Profile, problem: Problem, decision: SplitDecision) -> None:
     """Emit the warnings a decision carries (unverified splits, TE splits, unvalidated envelopes)."""
     if decision.parts > 1 and profile.transformer_engine and decision.source is not SplitSource.EXPLICIT:
-        warnings.warn(
+        warn_caller(
             f"{profile.name}: S = {decision.parts} is experimental under Transformer Engine (no split call ran through TE's "
-            "own GEMM on the reference GPU)", UnverifiedSplitWarning, stacklevel=4,
-        )
+            "own GEMM on the reference GPU)", UnverifiedSplitWarning)
     elif decision.parts > 1 and not decision.verified:
-        warnings.warn(
+        warn_caller(
             f"{profile.name}: split-K S = {decision.parts} {decision.scheme.value} for this output and format pair has not been "
-            "replayed on hardware", UnverifiedSplitWarning, stacklevel=4,
-        )
+            "replayed on hardware", UnverifiedSplitWarning)
     if decision.source is SplitSource.INFERENCE:
-        warnings.warn(
+        warn_caller(
             f"{profile.name}: S = {decision.parts} is inferred, not recorded: {decision.note}; experimental (no recorded "
-            "row or live query decides this shape; MMAEMU_SPLITK_STRICT=1 refuses it)", InferredSplitWarning, stacklevel=4,
-        )
+            "row or live query decides this shape; MMAEMU_SPLITK_STRICT=1 refuses it)", InferredSplitWarning)
     if decision.source is SplitSource.ENVELOPE and not decision.verified:
-        warnings.warn(
+        warn_caller(
             f"{profile.name}: {decision.note}; this envelope failed or lacks a held-out test",
-            UnvalidatedEnvelopeWarning, stacklevel=4,
-        )
+            UnvalidatedEnvelopeWarning)
 
 
 def _envelope(profile: Profile, problem: Problem, table: SplitTable) -> tuple[SplitDecision | None, str]:

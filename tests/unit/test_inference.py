@@ -195,3 +195,29 @@ def test_trace_lists_each_source_in_order() -> None:
     steps = trace_splitk(get_profile("hopper"), DECODE)
     assert steps[-1].decided and steps[-1].source is SplitSource.INFERENCE
     assert trace_splitk(get_profile("hopper"), Problem(64, 5760, 1920, E4, E4, BF16, True))[-1].source is SplitSource.TABLE
+
+
+def test_the_warning_names_the_callers_line() -> None:
+    """The warning is attributed to the user's line (here, this file), whatever entry point decided it:
+    ``scaled_mm`` directly, through ``emulate()`` (torch's dispatch frames between) and through a module."""
+    import warnings
+
+    g = torch.Generator().manual_seed(3)
+    a = (torch.randn(3, 1040, generator=g) * 8).to(torch.float8_e4m3fn)
+    b = (torch.randn(48, 1040, generator=g) * 8).to(torch.float8_e4m3fn)
+    one = torch.tensor(1.0)
+    entries = {
+        "scaled_mm": lambda: mmaemu.scaled_mm(a, b.t(), one, one, out_dtype=torch.bfloat16, backend="reference"),
+        "emulate": lambda: _under_emulate(a, b, one),
+    }
+    for name, run in entries.items():
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            run()
+        inferred = [w for w in caught if issubclass(w.category, InferredSplitWarning)]
+        assert inferred and all(w.filename == __file__ for w in inferred), (name, [w.filename for w in inferred])
+
+
+def _under_emulate(a: torch.Tensor, b: torch.Tensor, one: torch.Tensor) -> torch.Tensor:
+    with mmaemu.emulate(backend="reference"):
+        return torch._scaled_mm(a, b.t(), one, one, out_dtype=torch.bfloat16)
