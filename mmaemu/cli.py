@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import textwrap
 import time
 from collections.abc import Sequence
 
@@ -97,6 +98,17 @@ def _explain(args: argparse.Namespace) -> int:
     return 0 if plan.ok else 1
 
 
+#: The width ``info`` wraps its lines to (continuations indented).
+_INFO_WIDTH = 100
+
+
+def _say(text: str) -> None:
+    """One item of ``info``: wrapped to :data:`_INFO_WIDTH` columns, continuation lines indented."""
+    indent = " " * (len(text) - len(text.lstrip()) + 4)
+    print(textwrap.fill(text, width=_INFO_WIDTH, subsequent_indent=indent, break_long_words=False,
+                        break_on_hyphens=False))
+
+
 def _info(args: argparse.Namespace) -> int:
     import platform
 
@@ -105,39 +117,39 @@ def _info(args: argparse.Namespace) -> int:
     from .platforms import cublaslt
     from .platforms.profiles import profiles
 
-    print(f"mmaemu {__version__}; torch {torch.__version__}; numpy {numpy.__version__}; Python {platform.python_version()}")
+    _say(f"mmaemu {__version__}; torch {torch.__version__}; numpy {numpy.__version__}; Python {platform.python_version()}")
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
-        print(f"device: {props.name}, sm_{props.major}{props.minor}, {props.multi_processor_count} SMs")
+        _say(f"device: {props.name}, sm_{props.major}{props.minor}, {props.multi_processor_count} SMs")
     else:
-        print(f"device: CPU only ({platform.machine()}, {torch.get_num_threads()} threads); no CUDA device")
+        _say(f"device: CPU only ({platform.machine()}, {torch.get_num_threads()} threads); no CUDA device")
     usable, reason = cublaslt.available()
-    print(f"cuBLASLt: {cublaslt.cublaslt_version() or 'not found'} ({'usable' if usable else reason})")
-    print("profiles (reference platform; whether this machine is it, for live split-K queries):")
+    _say(f"cuBLASLt: {cublaslt.cublaslt_version() or 'not found'} ({'usable' if usable else reason})")
+    _say("profiles (reference platform; whether this machine is it, for live split-K queries):")
     for p in profiles():
         here = p.table_id is not None and cublaslt.reference_platform_matches(p.gpu, p.sm_count, p.cublaslt)
-        print(f"  {p.name:28s} {p.maturity.value:12s} {p.gpu}, cuBLASLt {p.cublaslt}, {p.caller.value}: "
+        _say(f"  {p.name:28s} {p.maturity.value:12s} {p.gpu}, cuBLASLt {p.cublaslt}, {p.caller.value}: "
               f"{'this machine' if here else 'not this machine'}")
     from .presets import ZOO, Architecture, presets
 
-    print("presets (instruction models; the operands' dtype selects the format):")
+    _say("presets (instruction models; the operands' dtype selects the format):")
     for fp8 in presets().values():
-        print(f"  {fp8.name:14s} {'FP8 E4M3, E5M2':16s} B = {fp8.block_size:2d}, F = {fp8.frac_bits:2d}, "
+        _say(f"  {fp8.name:14s} {'FP8 E4M3, E5M2':16s} B = {fp8.block_size:2d}, F = {fp8.frac_bits:2d}, "
               f"{fp8.maturity.value}: {fp8.source}")
     for arch in Architecture:
         rows = [(fmt, q) for (a, fmt), q in ZOO.items() if a is arch]
         formats = ", ".join(f"{fmt.short_name} (B = {q.block_size}, F = {q.frac_bits})" for fmt, q in rows)
-        print(f"  {arch.value:14s} {formats}; validated on the recorded zoo vectors (dot); accumulate experimental")
-    print("  input formats: float8_e4m3fn, float8_e5m2 (any pair); float16 (fp16), bfloat16 (bf16), float32 holding "
+        _say(f"  {arch.value:14s} {formats}; validated on the recorded zoo vectors (dot); accumulate experimental")
+    _say("  input formats: float8_e4m3fn, float8_e5m2 (any pair); float16 (fp16), bfloat16 (bf16), float32 holding "
           "tf32 values (tf32), two of one kind")
-    print("backends (from the capability table, mmaemu.backends.capabilities):")
+    _say("backends (from the capability table, mmaemu.backends.capabilities):")
     devices = ["cpu", *(["cuda"] if torch.cuda.is_available() else [])]
     auto = {d: resolve_backend(Backend.AUTO, torch.device(d)) for d in devices}
     for backend in CONCRETE:
         for d in devices:
             support = supports(backend, None, (), d)
             chosen = "; backend='auto' takes it" if auto[d] is backend else ""
-            print(f"  {backend.value:10s} {d:5s} {'available' if support else 'unavailable'}: {support.reason}{chosen}")
+            _say(f"  {backend.value:10s} {d:5s} {'available' if support else 'unavailable'}: {support.reason}{chosen}")
     return 0
 
 

@@ -17,3 +17,10 @@ def test_info(capsys: pytest.CaptureFixture[str]) -> None:
     assert [line.split()[0] for line in lines if line.split()[0] in ("reference", "cpu", "triton")] == [
         "reference", "cpu", "triton"]
     assert sum("backend='auto' takes it" in line for line in lines) == 1
+
+
+def test_info_lines_fit_a_terminal(capsys: pytest.CaptureFixture[str]) -> None:
+    """Every line of ``info`` fits 100 columns (the cuBLASLt line was 400 characters): long items wrap."""
+    assert main(["info"]) == 0
+    long = [line for line in capsys.readouterr().out.splitlines() if len(line) > 100]
+    assert not long, long
