@@ -112,11 +112,18 @@ class Report:
     seconds: float
 
 
+def activations(tokens: int, generator: torch.Generator) -> torch.Tensor:
+    """The MLP's input: ``tokens`` rows of bf16 activations, as a batch of two sequences when ``tokens`` is
+    even (the linears flatten the batch), one sequence otherwise."""
+    batch = 2 if tokens % 2 == 0 else 1
+    return (torch.randn(batch, tokens // batch, HIDDEN, generator=generator) * 2).to(torch.bfloat16)
+
+
 def run(profile: str = "hopper", tokens: int = 32, seed: int = 0) -> Report:
     """Build the MLP, run it natively and under ``mmaemu.emulate(profile=profile)``, compare."""
     start = time.perf_counter()
     generator = torch.Generator().manual_seed(seed)
-    z = (torch.randn(2, tokens // 2, HIDDEN, generator=generator) * 2).to(torch.bfloat16)
+    z = activations(tokens, generator)
     calibration = (torch.randn(64, HIDDEN, generator=generator) * 2).to(torch.bfloat16)
     mlp = GatedMLP(generator, calibration)
 
@@ -151,9 +158,11 @@ def render(report: Report, tokens: int) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--profile", default="hopper", help="reference platform (default: hopper)")
-    parser.add_argument("--tokens", type=int, default=32, help="rows M of each GEMM (even; default 32)")
+    parser.add_argument("--tokens", type=int, default=32, help="rows M of each GEMM (default 32)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    if args.tokens < 1:
+        parser.error(f"--tokens {args.tokens}: the GEMMs need at least one row")
     print(render(run(args.profile, args.tokens, args.seed), args.tokens))
     return 0
 

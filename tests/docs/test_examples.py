@@ -54,6 +54,19 @@ def test_fp8_mlp_example_runs(mlp: ModuleType, capsys: pytest.CaptureFixture[str
     assert "FP8 gated MLP, 16 tokens" in text and "6 calls emulated, 0 run natively" in text and "whole MLP" in text
 
 
+@pytest.mark.parametrize("tokens", [1, 6, 7, 16])
+def test_fp8_mlp_takes_exactly_the_tokens_asked(mlp: ModuleType, tokens: int) -> None:
+    """``--tokens 7`` gives 7 rows (one sequence), not 6; an even count is a batch of two."""
+    z = mlp.activations(tokens, torch.Generator().manual_seed(0))
+    assert z.shape[:-1].numel() == tokens and z.shape[0] == (2 if tokens % 2 == 0 else 1)
+
+
+def test_fp8_mlp_refuses_no_tokens(mlp: ModuleType) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        mlp.main(["--tokens", "0"])
+    assert exit_info.value.code == 2
+
+
 # ---- Evo 2 ---------------------------------------------------------------------------------
 
 
