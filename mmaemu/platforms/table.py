@@ -282,7 +282,7 @@ RTX4060_TABLE = "heur_rtx4060_lt12.8.3.14"
 #: The shipped split-K tables: id -> (sha256 of its ``.npz``, sha256 of its ``.json``).
 SHIPPED_TABLES: Mapping[str, tuple[str, str]] = MappingProxyType({
     H100_TABLE: ("5b4c25103b77865e385ffcda4be62218ab061a693812b32749dcb04c5151dd63",
-                 "0d87c70b5de71250abe4c675ac277db183b729607e98a1ea0722e9cb6d052d3e"),
+                 "b5dbc043e346dda1b5a72dfdf771f12c436ed571b8a112a085ccc03a9447766f"),
     RTX4060_TABLE: ("ba0be27749726e2f0eb08a414a1668b841ece2698314e5257b2367a1339902af",
                     "1bffd0111e6f171aa4d74cc4ea5a930ddda8131904a55d89a5268eba0ceb7a05"),
 })
