@@ -200,7 +200,10 @@ def _table(rec: Recording, columns: dict[str, Any], envelope: dict[str, Any], pr
     env = rec.environment
     # [Note: derived, not trusted] the settings' statistics are recomputed from the sealed columns; the
     # recorded info contributes descriptions only.
-    table_id = f"heur_{_slug(str(env.get('gpu', 'gpu')))}_lt{env.get('cublaslt', 'unknown')}_{rec.digest[:8]}"
+    # environment.cublaslt is any string the recording says: only its letters, digits, dots and hyphens enter
+    # the id, which must be one printable word (mmaemu.platforms.table.register_table refuses others)
+    version = "".join(c for c in str(env.get("cublaslt", "unknown")) if c.isalnum() or c in ".-")
+    table_id = f"heur_{_slug(str(env.get('gpu', 'gpu')))}_lt{version}_{rec.digest[:8]}"
     info = {**rec.table_info(), "settings": setting_statistics(columns), "rows": len(columns["key"]),
             "split_rows": int((columns["S"] > 1).sum()), "table_id": table_id, "envelope": envelope,
             "verified_combos": [list(c) for c in proof.verified]}
