@@ -51,6 +51,7 @@ __all__ = [
     "SplitSource",
     "SplitDecision",
     "resolve_splitk",
+    "decide_quietly",
     "split_warnings",
     "combo_verified",
     "scheme_for",
@@ -268,6 +269,14 @@ def resolve_splitk(profile: Profile, problem: Problem) -> SplitDecision:
     decision = _decide(profile, problem)
     split_warnings(profile, problem, decision)
     return decision
+
+
+def decide_quietly(profile: Profile, problem: Problem) -> SplitDecision | None:
+    """:func:`resolve_splitk`'s decision without its warnings, or None where no evidence decides."""
+    try:
+        return _decide(profile, problem)
+    except SplitKUnknownError:
+        return None
 
 
 @dataclass(frozen=True)
