@@ -150,8 +150,10 @@ def _file_problem(path: Path, st: os.stat_result, *, secret: bool, closed: bool)
         return _untrusted(path, st, f"has {st.st_nlink} names (hard links)", remove)
     mask = _ACCESS_GO if secret else (stat.S_IWOTH if closed else _WRITE_GO)
     if st.st_mode & mask:
-        what = "readable or writable by group or others" if secret else "writable by others"
-        return _untrusted(path, st, f"is {what}", remove)
+        if secret:
+            return _untrusted(path, st, "is readable or writable by group or others", remove)
+        return _untrusted(path, st, "is writable by others", f"{remove}; numba writes its files with the umask's "
+                          "mode, so keep a umask that leaves them closed to others' writes (022 or 077, not 000)")
     return None
 
 
@@ -195,11 +197,13 @@ def read_private_file(path: Path, limit: int) -> bytes | None:
         if exc.errno == errno.ELOOP:  # O_NOFOLLOW on a symbolic link
             raise _untrusted(path, os.lstat(path), "is a symbolic link", "remove it (mmaemu makes it again)") from exc
         raise
-    with os.fdopen(fd, "rb") as fh:
+    try:
         problem = _file_problem(path, os.fstat(fd), secret=True, closed=False)
         if problem is not None:
             raise problem
-        return fh.read(limit)
+        return os.read(fd, limit)
+    finally:
+        os.close(fd)
 
 
 def create_private_file(path: Path, data: bytes) -> None:

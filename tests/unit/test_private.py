@@ -210,3 +210,11 @@ def test_a_new_secret_is_0600_whatever_the_umask_and_never_written_through_a_lin
 
 def test_the_error_is_an_oserror_and_an_mmaemu_error() -> None:
     assert issubclass(UntrustedCacheError, OSError) and issubclass(UntrustedCacheError, MmaemuError)
+
+
+def test_a_secret_that_is_a_folder(home: Path) -> None:
+    """Found by the hostile pass: os.open of a folder succeeds; the check must come before any read."""
+    folder = _entries(home, 0o700)
+    (folder / "replay.key").mkdir(mode=0o700)
+    with pytest.raises(UntrustedCacheError, match="replay.key is not a regular file"):
+        read_private_file(folder / "replay.key", 64)
