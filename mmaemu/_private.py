@@ -29,8 +29,9 @@ reach it there, and numba writes its files with the umask's mode (0664 under the
 
 [Note: races] Once a chain passes, no other user can change it (only an owner can chmod a folder, only root can
 chown), so what is read later is what was checked; folders are made top-down, each after its parent passed, so
-none is made inside a folder others can write. A file is checked on the open descriptor (``fstat``), never by a
-second lookup of its name.
+none is made inside a folder others can write. The key is checked on the descriptor it is read from (``fstat``);
+numba opens its files by name later, which is safe because nobody else can replace an entry of a folder that
+passed.
 
 [Note: Windows] Without ``os.geteuid`` (Windows), owners and modes are not checked (access there is ACLs, and
 ``%LOCALAPPDATA%`` is per-user); links, non-folders and non-regular files still are.
