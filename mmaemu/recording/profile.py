@@ -16,7 +16,7 @@ from typing import Any
 from ..platforms.profiles import Caller, Profile, SplitFamily, register_profile
 from ..platforms.table import WS_BYTES, SplitTable, register_table, setting_statistics
 from ..presets import Maturity, Preset, get_preset
-from ._attestation import attested
+from ._attestation import attestation_problem
 from .directory import RecordingDirectory
 from ._envelope import TableRows, fit_envelope, heldout_mask, validate_envelope
 from .format import Recording
@@ -180,9 +180,9 @@ class _ReplayProof:
     def of(report: Mapping[str, Any] | None, rec: Recording, preset: Preset, family: SplitFamily) -> _ReplayProof:
         if report is None:
             return _ReplayProof("not run", False, 0, 0, [])
-        if not attested(report):
-            return _ReplayProof("not attested (written elsewhere or edited): replay the recording on this machine",
-                                False, 0, 0, [])
+        problem = attestation_problem(report)
+        if problem is not None:
+            return _ReplayProof(problem, False, 0, 0, [])
         if report.get("recording_digest") != rec.digest:
             return _ReplayProof("for another recording", False, 0, 0, [])
         calls = report.get("calls", {})
