@@ -25,7 +25,8 @@ regular file, this user's, with one name (a second hard link made earlier writes
 not writable by others; a secret (the key) not readable or writable by group or others. A group-writable
 file inside a folder closed to group and others (mode 0700, as mmaemu makes them) is accepted: nobody else can
 reach it there, and numba writes its files with the umask's mode (0664 under the user-private-group umask
-002). The checks hold against other users, not against root.
+002). Group write through this user's own private group is no one else's write ([Note: user private
+groups]). The checks hold against other users, not against root.
 
 [Note: races] Once a chain passes, no other user can change it (only an owner can chmod a folder, only root can
 chown), so what is read later is what was checked; folders are made top-down, each after its parent passed, so
@@ -40,6 +41,7 @@ passed.
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import stat
 from pathlib import Path
@@ -70,6 +72,38 @@ def _owner(uid: int) -> str:
         return f"uid {uid}"
 
 
+@functools.lru_cache(maxsize=None)
+def _private_group(gid: int) -> bool:
+    """Whether group ``gid`` is this user's private group: no other user can act through it.
+
+    [Note: user private groups] Many systems (Debian, Ubuntu, Fedora) give each user a group of their own,
+    named after them, and a umask of 002, so folders that users make themselves (``~/.cache``) are
+    group-writable. Group write on such a folder gives nobody else access. The group counts as private when
+    it is this user's primary group, bears this user's name, lists no other member, and is no other
+    user's primary group (as far as the user database can be enumerated: a directory service that hides
+    its users can hide one more member). Any other group-writable folder is refused.
+    """
+    euid = _euid()
+    if euid is None:
+        return False
+    try:
+        import grp
+        import pwd
+
+        user = pwd.getpwuid(euid)
+        group = grp.getgrgid(gid)
+        if gid != user.pw_gid or group.gr_name != user.pw_name or set(group.gr_mem) - {user.pw_name}:
+            return False
+        return all(other.pw_gid != gid or other.pw_uid == euid for other in pwd.getpwall())
+    except (ImportError, KeyError, OSError):
+        return False
+
+
+def _group_write_only_by_me(st: os.stat_result) -> bool:
+    """Whether the only write ``st`` grants beyond its owner is to this user's private group."""
+    return not st.st_mode & stat.S_IWOTH and _private_group(st.st_gid)
+
+
 def _untrusted(path: Path, st: os.stat_result, problem: str, fix: str) -> UntrustedCacheError:
     return UntrustedCacheError(
         f"{path} {problem} (owner {_owner(st.st_uid)}, mode {stat.S_IMODE(st.st_mode):04o}), so another user "
@@ -88,7 +122,7 @@ def _folder_problem(path: Path, st: os.stat_result, private: bool, setting: str)
         return None
     if st.st_uid != euid and (private or st.st_uid != 0):
         return _untrusted(path, st, "belongs to another user", elsewhere)
-    if st.st_mode & _WRITE_GO and (private or not st.st_mode & stat.S_ISVTX):
+    if st.st_mode & _WRITE_GO and (private or not st.st_mode & stat.S_ISVTX) and not _group_write_only_by_me(st):
         who = "others" if st.st_mode & stat.S_IWOTH else "its group"
         return _untrusted(path, st, f"is writable by {who}",
                           f"run `chmod go-w '{path}'` and remove what others may have put under it (mmaemu makes "
@@ -150,7 +184,7 @@ def _file_problem(path: Path, st: os.stat_result, *, secret: bool, closed: bool)
     if st.st_nlink != 1:
         return _untrusted(path, st, f"has {st.st_nlink} names (hard links)", remove)
     mask = _ACCESS_GO if secret else (stat.S_IWOTH if closed else _WRITE_GO)
-    if st.st_mode & mask:
+    if st.st_mode & mask and (secret or not _group_write_only_by_me(st)):
         if secret:
             return _untrusted(path, st, "is readable or writable by group or others", remove)
         return _untrusted(path, st, "is writable by others", f"{remove}; numba writes its files with the umask's "
@@ -166,7 +200,8 @@ def check_private_entries(folder: Path, setting: str) -> None:
         UntrustedCacheError: the first entry at fault.
         OSError: the folder cannot be listed.
     """
-    closed = not os.stat(folder).st_mode & _ACCESS_GO
+    folder_st = os.stat(folder)
+    closed = not folder_st.st_mode & 0o007 and (not folder_st.st_mode & 0o070 or _private_group(folder_st.st_gid))
     with os.scandir(folder) as entries:
         for entry in entries:
             path = Path(entry.path)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from mmaemu import _private
 from mmaemu._private import check_private_entries, create_private_file, private_dir, read_private_file
 from mmaemu.errors import MmaemuError, UntrustedCacheError
 
@@ -20,6 +21,14 @@ pytestmark = pytest.mark.skipif(not hasattr(os, "geteuid"), reason="owners and m
 OTHER_UID = 65534
 as_root = pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0,
                              reason="making a file owned by another user needs root")
+
+
+@pytest.fixture(autouse=True)
+def no_private_group(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Group write counts as others' write in these tests (the folders' group may be this user's private group,
+    [Note: user private groups]), except in the tests of that rule."""
+    if "upg" not in request.keywords:
+        monkeypatch.setattr(_private, "_private_group", lambda gid: False)
 
 
 @pytest.fixture
@@ -218,3 +227,62 @@ def test_a_secret_that_is_a_folder(home: Path) -> None:
     (folder / "replay.key").mkdir(mode=0o700)
     with pytest.raises(UntrustedCacheError, match="replay.key is not a regular file"):
         read_private_file(folder / "replay.key", 64)
+
+
+class _Pw:
+    def __init__(self, name: str, uid: int, gid: int) -> None:
+        self.pw_name, self.pw_uid, self.pw_gid = name, uid, gid
+
+
+class _Gr:
+    def __init__(self, name: str, members: list[str]) -> None:
+        self.gr_name, self.gr_mem = name, members
+
+
+def _user_database(monkeypatch: pytest.MonkeyPatch, users: list[_Pw], groups: dict[int, _Gr]) -> None:
+    import grp
+    import pwd
+
+    by_uid = {u.pw_uid: u for u in users}
+    monkeypatch.setattr(pwd, "getpwuid", lambda uid: by_uid[uid])
+    monkeypatch.setattr(pwd, "getpwall", lambda: list(users))
+    monkeypatch.setattr(grp, "getgrgid", lambda gid: groups[gid])
+    _private._private_group.cache_clear()
+    monkeypatch.setattr(_private, "_private_group", _private._private_group.__wrapped__)
+
+
+@pytest.mark.upg
+@pytest.mark.parametrize("case,trusted", [
+    ("own group, no other member", True),  # a umask-002 ~/.cache on a user-private-group system
+    ("own group, listing the user", True),
+    ("another member", False),
+    ("another name", False),
+    ("another user's primary group", False),
+    ("not the user's primary group", False),
+])
+def test_group_write_through_the_users_private_group(home: Path, monkeypatch: pytest.MonkeyPatch, case: str,
+                                                      trusted: bool) -> None:
+    """[Note: user private groups]: a folder writable by the user's private group (mode 0775) is trusted,
+    above the cache folder and as the cache folder itself, and so are 0664 files in it; any other group is not.
+    Others' write is never trusted."""
+    uid, gid = os.geteuid(), os.stat(home).st_gid
+    users = [_Pw("ann", uid, gid if case != "not the user's primary group" else gid + 1)]
+    if case == "another user's primary group":
+        users.append(_Pw("bob", uid + 1, gid))
+    members = {"own group, listing the user": ["ann"], "another member": ["bob"]}.get(case, [])
+    _user_database(monkeypatch, users, {gid: _Gr("staff" if case == "another name" else "ann", members)})
+    above, root = home / "dot-cache", home / "dot-cache" / "mmaemu"
+    root.mkdir(parents=True)
+    os.chmod(above, 0o775)
+    os.chmod(root, 0o775)
+    (root / "x.nbi").write_bytes(b"")
+    os.chmod(root / "x.nbi", 0o664)
+    if trusted:
+        assert _dir(root, root) == root.resolve()
+        check_private_entries(root, "MMAEMU_CACHE_DIR")
+    else:
+        with pytest.raises(UntrustedCacheError, match="writable by its group"):
+            _dir(root, root)
+    os.chmod(above, 0o777)
+    with pytest.raises(UntrustedCacheError, match="writable by others"):
+        _dir(root, root)
