@@ -136,7 +136,8 @@ def _rows() -> list[ForeignGemm]:
     for library in (_MSLK, _FBGEMM):
         namespace = "mslk" if library == _MSLK else "fbgemm"
         for name, computes, plain in both:
-            rows.append(ForeignGemm(f"{namespace}::{name}", library, computes, *(("XQ", "WQ", Layout.NK) if plain else ())))
+            operands = ("XQ", "WQ", Layout.NK) if plain else ()
+            rows.append(ForeignGemm(f"{namespace}::{name}", library, computes, *operands))
     tensor_wise = "FP8 GEMM with a tensor-wise scale, CUTLASS kernel (not cuBLASLt: other bits than torch._scaled_mm)"
     rows += [
         ForeignGemm("mslk::f8f8bf16", _MSLK, tensor_wise, "XQ", "WQ", Layout.NK),
@@ -146,7 +147,8 @@ def _rows() -> list[ForeignGemm]:
         ForeignGemm("fbgemm::f8f8bf16_tensorwise", _FBGEMM, tensor_wise, "XQ", "WQ", Layout.NK),
         ForeignGemm("fbgemm::f8f8bf16_lite", _FBGEMM, tensor_wise, "XQ", "WQ", Layout.NK),
         ForeignGemm("fbgemm::f8f8bf16_cublas", _FBGEMM, "FP8 GEMM with tensor-wise scales through cuBLASLt, with "
-                    "FBGEMM's own workspace and heuristic query (no recording characterises them)", "A", "B", Layout.NK),
+                    "FBGEMM's own workspace and heuristic query (no recording characterises them)",
+                    "A", "B", Layout.NK),
         ForeignGemm("fbgemm::fp8fp8bf16_fast_gemv", _FBGEMM, "FP8 GEMV on CUDA cores", "X", "W", Layout.NK),
         ForeignGemm("_C::cutlass_scaled_mm", _VLLM, "FP8 (or INT8) GEMM with tensor-, row- or column-wise scales, "
                     "or block-wise on sm_90, CUTLASS kernel", "a", "b", Layout.KN),

@@ -19,7 +19,7 @@ operator's schema and served by :func:`mmaemu.scaled_mm` (``_scaled_mm_v2``: by
 other operator runs unchanged, on any tensors (fake and functional tensors included). While a call is
 served the mode is off (torch pops it), so mmaemu's own arithmetic is not intercepted.
 
-It also sees the third-party FP8 GEMM operators of :data:`mmaemu._foreign_ops.FOREIGN_GEMMS`
+It also sees the third-party FP8 GEMM operators of :data:`FOREIGN_GEMMS` (``mmaemu.intercept.FOREIGN_GEMMS``)
 (torchao's ``ao::blockwise_fp8_gemm``, mslk's and FBGEMM's ``f8f8bf16_*``, vLLM's ``cutlass_scaled_mm``,
 sgl-kernel's ``fp8_scaled_mm``, ...), matched by qualified name when called with an FP8 tensor, whenever
 their library was loaded. None is modelled: each raises :class:`~mmaemu.UnsupportedFeatureError` naming
@@ -65,13 +65,14 @@ import torch._subclasses.functional_tensor as _functional
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import _foreign_ops, call, functional
+from ._foreign_ops import FOREIGN_GEMMS, ForeignGemm
 from .backends import Backend
 from .errors import UnsupportedFeatureError
 from .options import Options
 from .platforms.profiles import Profile
 from .split import SplitKSpec
 
-__all__ = ["emulate", "EmulationLog", "Fallback", "Shape"]
+__all__ = ["emulate", "EmulationLog", "Fallback", "Shape", "FOREIGN_GEMMS", "ForeignGemm"]
 
 #: ``(M, N, K)`` of a call.
 Shape = tuple[int, int, int]
@@ -207,7 +208,7 @@ class _NativeRuns(threading.local):
 _NATIVE_RUNS = _NativeRuns()
 
 
-def _target(func: Any) -> _Kind | _foreign_ops.ForeignGemm | None:
+def _target(func: Any) -> _Kind | ForeignGemm | None:
     """What the mode does with an operator: serve it (aten), refuse it (a known foreign GEMM), or run it."""
     kind = _INTERCEPTED.get(func)
     return kind if kind is not None else _foreign_ops.lookup(func)
@@ -232,15 +233,15 @@ class _ScaledMmMode(TorchDispatchMode):
         target = _target(func)
         if target is None or _NATIVE_RUNS.depth:
             return func(*args, **kwargs)  # every other operator, and a native run of an inner block
-        if isinstance(target, _foreign_ops.ForeignGemm) and not _foreign_ops.has_fp8(args, kwargs):
+        if isinstance(target, ForeignGemm) and not _foreign_ops.has_fp8(args, kwargs):
             return func(*args, **kwargs)  # an INT8 GEMM of an operator that also runs FP8 ones
         bound = _bind(func, args, kwargs)
-        shape = _foreign_ops.shape(target, bound) if isinstance(target, _foreign_ops.ForeignGemm) else _shape(bound)
+        shape = _foreign_ops.shape(target, bound) if isinstance(target, ForeignGemm) else _shape(bound)
         if _valueless(args, kwargs):
             return self._native(func, args, kwargs, shape, UnsupportedFeatureError(TRACING_MESSAGE.format(op=func)))
         if _is_subclass(types):
             return NotImplemented  # the subclass runs; the plain-tensor calls it makes come back here
-        if isinstance(target, _foreign_ops.ForeignGemm):
+        if isinstance(target, ForeignGemm):
             return self._native(func, args, kwargs, shape, UnsupportedFeatureError(target.refusal()))
         try:
             result = self._serve(target, bound)

@@ -220,7 +220,8 @@ def _row_wise(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("outer_fallback", ["raise", "native"])
-def test_nested_native_fallback_bypasses_the_outer_block(operands: tuple[torch.Tensor, ...], outer_fallback: str) -> None:
+def test_nested_native_fallback_bypasses_the_outer_block(operands: tuple[torch.Tensor, ...],
+                                                         outer_fallback: str) -> None:
     """Old code: the inner block's native run went through the outer mode: an outer fallback="raise" raised,
     an outer fallback="native" counted the same call a second time."""
     a, b, _, _ = operands

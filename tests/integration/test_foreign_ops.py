@@ -12,7 +12,8 @@ import torch
 from foreign_stand_ins import define
 
 import mmaemu
-from mmaemu._foreign_ops import FOREIGN_GEMMS, Layout
+from mmaemu._foreign_ops import Layout
+from mmaemu.intercept import FOREIGN_GEMMS
 from mmaemu.testing import assert_bitwise_equal
 
 E4M3 = torch.float8_e4m3fn
