@@ -113,3 +113,13 @@ def test_a_name_outside_the_table_runs_unchanged() -> None:
         got = op(a, w)
     assert_bitwise_equal(got, op(a, w))
     assert log.native_calls == 0 and log.served_calls == 0
+
+
+def test_the_docs_list_every_operator_of_the_table() -> None:
+    """docs/models.md's table names each operator emulate() knows, and says none is served."""
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "models.md").read_text()
+    section = page[page.index("#### Third-party FP8 GEMM operators"):page.index("### torchao's FP8 models")]
+    assert [name for name in FOREIGN_GEMMS if f"`{name}`" not in section] == []
+    assert all(not row.served for row in FOREIGN_GEMMS.values()) and "**none is served**" in section
