@@ -27,7 +27,7 @@ the operator and its library, or runs natively under ``fallback="native"``, coun
 
 Calls mmaemu cannot serve (row-wise or block-wise scales, ``_scaled_mm_v2`` recipes other than
 tensor-wise on both operands, a bias with an FP8 output, inputs requiring grad, the third-party
-operators, an FP8 GEMM on fake, functional or meta tensors, that is a trace) raise
+operators, an FP8 GEMM on fake, functional or meta tensors or under a tracer: a trace) raise
 :class:`~mmaemu.UnsupportedFeatureError`, or with ``fallback="native"`` run natively and are counted in
 ``log.native``. A bias with a bf16 or fp16 output is served, experimentally, and warns
 (:class:`~mmaemu.UnverifiedEpilogueWarning`). Calls the reference platform rejects raise
@@ -173,8 +173,9 @@ def _is_subclass(types: Any) -> bool:
 _VALUELESS_TYPES: tuple[type, ...] = tuple(
     t for t in (getattr(_fake, "FakeTensor", None), getattr(_functional, "FunctionalTensor", None)) if t is not None)
 
-TRACING_MESSAGE = (
-    "{op} on fake, functional or meta tensors (torch.export, make_fx, torch.compile or FakeTensorMode inside "
+_TRACING_MESSAGE = (
+    "{op} on fake, functional or meta tensors, or under a tracer (torch.export, make_fx, torch.compile or "
+    "FakeTensorMode inside "
     "mmaemu.emulate()) is not served: emulate() computes values, and a traced graph would run torch's native "
     "kernel later. Trace outside emulate() with the GEMMs as torch.ops.mmaemu.scaled_mm (mmaemu.ops.scaled_mm) or "
     "mmaemu.nn.EmulatedFP8Linear, which trace and run emulated; or pass fallback='native' to trace the native "
@@ -182,12 +183,22 @@ TRACING_MESSAGE = (
 )
 
 
-def _valueless(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-    """Whether a call's tensors are fake, functional or on the meta device (a trace, not values)."""
+_MODE_KEYS = getattr(torch._C, "_TorchDispatchModeKey", None)
+
+
+def _traced(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether a call is being traced rather than computed.
+
+    Its tensors are fake, functional or on the meta device, or a proxy mode records it (``make_fx`` with
+    real tensors: torch keeps its tracing modes in slots of their own, run after the user's modes, so the
+    block sees the call before the tracer, on real tensors, and its own arithmetic would be traced).
+    """
     def check(value: Any) -> bool:
         if isinstance(value, torch.Tensor):
             return isinstance(value, _VALUELESS_TYPES) or value.is_meta
         return isinstance(value, (list, tuple)) and any(check(v) for v in value)
+    if _MODE_KEYS is not None and torch._C._get_dispatch_mode(_MODE_KEYS.PROXY) is not None:
+        return True
     return any(check(v) for v in args) or any(check(v) for v in kwargs.values())
 
 
@@ -237,8 +248,8 @@ class _ScaledMmMode(TorchDispatchMode):
             return func(*args, **kwargs)  # an INT8 GEMM of an operator that also runs FP8 ones
         bound = _bind(func, args, kwargs)
         shape = _foreign_ops.shape(target, bound) if isinstance(target, ForeignGemm) else _shape(bound)
-        if _valueless(args, kwargs):
-            return self._native(func, args, kwargs, shape, UnsupportedFeatureError(TRACING_MESSAGE.format(op=func)))
+        if _traced(args, kwargs):
+            return self._native(func, args, kwargs, shape, UnsupportedFeatureError(_TRACING_MESSAGE.format(op=func)))
         if _is_subclass(types):
             return NotImplemented  # the subclass runs; the plain-tensor calls it makes come back here
         if isinstance(target, ForeignGemm):

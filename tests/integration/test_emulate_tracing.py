@@ -104,3 +104,18 @@ def test_real_tensors_are_still_served_after_a_trace() -> None:
         got = _gemm(_x8(), w, one)
     assert log.served == {(M, N, K): 1}
     assert_bitwise_equal(got, mmaemu.scaled_mm(_x8(), w.t(), one, one, out_dtype=torch.bfloat16))
+
+
+def test_make_fx_with_real_tensors_is_a_trace_too() -> None:
+    """make_fx(tracing_mode="real") hands the block real tensors while its tracer records (torch runs tracing
+    modes after the user's): serving would trace mmaemu's own arithmetic. Before: torch's "trying to get value
+    out of a tracing tensor" RuntimeError from inside mmaemu; now the trace refusal, or the native operator."""
+    w, one = torch.ones(N, K).to(E4M3), torch.tensor(1.0)
+    with mmaemu.emulate() as log:
+        graph = make_fx(lambda t: torch.relu(t) * 2, tracing_mode="real")(torch.randn(3))
+        with pytest.raises(mmaemu.UnsupportedFeatureError, match="under a tracer"):
+            make_fx(_gemm, tracing_mode="real")(_x8(), w, one)
+    assert "relu" in str(graph.graph) and log.native_calls == 0
+    with mmaemu.emulate(fallback="native") as log:
+        traced = make_fx(_gemm, tracing_mode="real")(_x8(), w, one)
+    assert "_scaled_mm" in str(traced.graph) and log.native == {(M, N, K): 1}
