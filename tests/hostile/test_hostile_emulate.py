@@ -278,3 +278,27 @@ def test_export_with_a_dynamic_batch_counts_an_unread_shape() -> None:
     assert log.native == {(-1, -1, -1): 1}
     assert "_scaled_mm" in str(exported.graph)
     assert exported.module()(a[:16], w).shape == (16, N)  # the batch stayed dynamic: nothing was specialised
+
+
+def test_an_experimental_warning_turned_error_is_not_a_native_run() -> None:
+    """With warnings as errors, an experimental profile's warning raises out of the call; it is not mistaken
+    for a call mmaemu cannot serve (no native run, nothing counted), in the inner block or the outer one."""
+    a, w = _operands()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", mmaemu.ExperimentalPresetWarning)
+        inner_block = mmaemu.emulate("b200-mma-sync-experimental", splitk=1, fallback="native")
+    with mmaemu.emulate(fallback="native") as outer, inner_block as inner:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", mmaemu.ExperimentalPresetWarning)
+            with pytest.raises(mmaemu.ExperimentalPresetWarning):
+                _served(a, w)
+    assert inner.native_calls == inner.served_calls == 0 and outer.native_calls == outer.served_calls == 0
+
+
+def test_fp8_tensors_inside_lists_are_seen() -> None:
+    """Grouped operators take Tensor[]: an FP8 tensor in a list makes the call an FP8 GEMM."""
+    from mmaemu._foreign_ops import has_fp8
+
+    a, _ = _operands()
+    assert has_fp8(([torch.ones(2), [a]],), {}) and has_fp8((), {"XQ": [a]})
+    assert not has_fp8(([torch.ones(2, dtype=torch.int8)],), {"scale": torch.ones(1)})
