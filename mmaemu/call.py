@@ -15,7 +15,7 @@ import torch
 from .accumulation import plan_accumulation
 from .backends import Backend, parse_backend, require, resolve_backend
 from .backends import run as run_backend
-from .checks import CheckedCall, check_call
+from .checks import CheckedCall, check_call, cublaslt_bias
 from .epilogue import BiasOrder, scratch_epilogue
 from .errors import (
     warn_caller,
@@ -212,7 +212,9 @@ def accumulate(
 
     Returns:
         ``[M, N]`` of ``accumulator``'s dtype on ``a``'s device. Any M, N, K (K = 0 gives +0). A NaN (code) in
-        row m of ``a`` or row n of ``b`` gives the canonical NaN at (m, n); Inf operands follow IEEE.
+        row m of ``a`` or row n of ``b`` gives the canonical NaN at (m, n); Inf operands follow IEEE, and a NaN
+        they make (in a block, a chain addition or a split combination) is the canonical NaN too (fp32
+        0x7FFFFFFF, whatever the host's own NaN).
 
     Raises:
         TypeError: ``use_fast_accum`` not a bool, ``a`` or ``b`` not a tensor, a platform argument's type.
@@ -419,10 +421,13 @@ def scaled_mm(
         mat1: ``[M, K]`` FP8 (``float8_e4m3fn`` or ``float8_e5m2``), row-major.
         mat2: ``[K, N]`` FP8, column-major as torch requires (``w.t()`` of a ``[N, K]`` weight).
         scale_a, scale_b: fp32 tensor-wise scales of ``mat1`` and ``mat2`` (one element, any shape).
-        bias: experimental: N elements of the output's dtype, bf16 or fp16 (torch 2.7.1's rules), added
-            in the epilogue (:mod:`mmaemu.epilogue`, [Note: bias]); warns (``UnverifiedEpilogueWarning``)
-            unless the profile's recording decided the bias order. Not with an FP8 output
-            (``UnsupportedFeatureError``); M, N or K = 0 returns torch's early result, no bias added.
+        bias: experimental: N elements of the output's dtype, bf16 or fp16, of any shape (torch 2.7.1's
+            rules), added in the epilogue (:mod:`mmaemu.epilogue`, [Note: bias]); warns
+            (``UnverifiedEpilogueWarning``) unless the profile's recording decided the bias order. The N
+            elements added are those cuBLASLt reads: densely from the bias's data pointer, whatever its
+            strides (:func:`mmaemu.checks.cublaslt_bias`). Not with an FP8 output, nor one whose N elements
+            would leave its storage or whose data pointer is not 16-byte aligned (``UnsupportedFeatureError``);
+            M, N or K = 0 returns torch's early result, no bias added.
         scale_result: fp32 scalar multiplying the result before an FP8 output's conversion.
         out_dtype: output dtype; default ``mat1.dtype`` (as torch).
         use_fast_accum: as torch; default False (slow accumulation).
@@ -440,8 +445,10 @@ def scaled_mm(
     Raises:
         ReferenceRejectsError: every call torch 2.7.1 or the reference cuBLASLt rejects, with
             torch's message (a ``RuntimeError``).
-        UnsupportedFeatureError: row-wise or block-wise scales, a bias with an FP8 output,
-            inputs requiring grad in grad mode, an ``out=`` layout torch would not write.
+        UnsupportedFeatureError: row-wise or block-wise scales, a bias with an FP8 output, a bias
+            cuBLASLt would read beyond its storage or from a pointer not 16-byte aligned, inputs
+            requiring grad in grad mode (any of them, ``bias`` included), an ``out=`` layout torch would
+            not write.
         SplitKUnknownError, BackendUnavailableError: no evidence decides ``splitk="auto"``; the
             requested backend cannot run on the tensors' device (raised before anything runs).
         ValueError, TypeError, UnknownNameError: invalid platform arguments (as
@@ -469,8 +476,9 @@ def scaled_mm(
     else:
         assert checked.out_format is not None
         acc = _run(mat1, mat2.t(), prof.preset, checked.fast, decision.split, chosen)
+        read_bias = None if bias is None else cublaslt_bias(bias, checked.n)  # what the GPU reads: any shape, strides
         result = scratch_epilogue(acc, scale_a, scale_b, out_dtype=checked.out_format.dtype, scale_result=scale_result,
-                                  bias=bias, bias_order=prof.bias_order or BiasOrder.AFTER_SCALE)
+                                  bias=read_bias, bias_order=prof.bias_order or BiasOrder.AFTER_SCALE)
     if out is not None:
         # only now, with the call decided and the result computed, is out touched (see checks [Note: out])
         resize_out_like_torch(out, checked.m, checked.n, warn=False)
