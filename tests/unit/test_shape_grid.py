@@ -18,8 +18,8 @@ def test_the_report_in_the_docs_is_current(capsys: pytest.CaptureFixture[str]) -
 def test_every_shape_is_counted_once_and_no_shipped_rule_is_contradicted() -> None:
     data = json.loads(shape_grid.JSON_PATH.read_text())
     assert data["grids"]["small-180"]["shapes"] == 180
-    assert {g: d["shapes"] for g, d in data["grids"].items()} == {"small-180": 180, "evo2": 39, "llama-2-7b": 39,
-                                                                   "mistral-7b": 52}
+    assert {g: d["shapes"] for g, d in data["grids"].items()} == {"small-180": 180, "cubes": 6, "mlp-256-512-128": 26,
+                                                                   "evo2": 39, "llama-2-7b": 39, "mistral-7b": 52}
     for profile, grids in data["counts"].items():
         for grid, modes in grids.items():
             for mode, counts in modes.items():
