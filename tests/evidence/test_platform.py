@@ -163,7 +163,11 @@ def test_h100_envelope_break_points(monkeypatch: pytest.MonkeyPatch) -> None:
     assert bound(1024) == 15_360 and bound(5120) == 15_360 and bound(5136) > 15_360
     for k in (1023, 4_194_305):  # just outside the envelope's K range
         with pytest.raises(mmaemu.SplitKUnknownError):
-            quiet(hopper, problem(4095, 4097, k))
+            quiet("hopper-te", problem(4095, 4097, k))
+    with pytest.raises(mmaemu.SplitKUnknownError):
+        quiet(hopper, problem(4095, 4097, 4_194_305))
+    d = quiet(hopper, problem(4095, 4097, 1023))  # below it, at 1 MiB, the small-K rule decides
+    assert (d.parts, d.source, d.verified) == (1, SplitSource.INFERENCE, False) and "h100-small-k" in d.note
     monkeypatch.setenv("MMAEMU_SPLITK_STRICT", "1")
     with pytest.raises(mmaemu.SplitKUnknownError):
         quiet(hopper, problem(4095, 4097, 3000))
