@@ -11,11 +11,13 @@ The grids (fixed here, so the counts are comparable from one version to the next
 
 - ``small-180``: M in {1, 16, 64, 256, 1024} x N in {256, 512, 1024, 2048, 4096, 8192} x
   K in {256, 512, 1024, 2048, 4096, 8192}: 180 shapes;
+- ``cubes``: M = N = K in {16, 32, 64, 128, 256, 512}: the toy GEMMs a user tries first;
+- ``mlp-256-512-128``: a toy two-layer MLP, 256 -> 512 (N x K = 512 x 256) -> 128 (128 x 512);
 - ``evo2``: the FP8 projection (in_proj, N x K = 3 hidden x hidden) of Evo 2 1B, 7B and 40B;
 - ``llama-2-7b``: q/k/v/o (4096 x 4096), gate/up (11008 x 4096), down (4096 x 11008);
 - ``mistral-7b``: q/o (4096 x 4096), k/v (1024 x 4096), gate/up (14336 x 4096), down (4096 x 14336);
 
-the model grids at M = 1, 2, 4, ..., 4096 (13 values) for each distinct (K, N).
+the MLP and model grids at M = 1, 2, 4, ..., 4096 (13 values) for each distinct (K, N).
 
 Usage::
 
@@ -54,7 +56,9 @@ REFUSED = "refused"
 SOURCES = [s.value for s in SplitSource if s is not SplitSource.EXPLICIT] + [REFUSED]
 
 _M_MODEL = tuple(1 << i for i in range(13))
+_CUBES = (16, 32, 64, 128, 256, 512)
 _MODELS: dict[str, tuple[tuple[int, int], ...]] = {  # (K, N) per model
+    "mlp-256-512-128": ((256, 512), (512, 128)),
     "evo2": ((1920, 5760), (4096, 12288), (8192, 24576)),
     "llama-2-7b": ((4096, 4096), (4096, 11008), (11008, 4096)),
     "mistral-7b": ((4096, 4096), (4096, 1024), (4096, 14336), (14336, 4096)),
@@ -64,7 +68,8 @@ _MODELS: dict[str, tuple[tuple[int, int], ...]] = {  # (K, N) per model
 def grids() -> dict[str, list[tuple[int, int, int]]]:
     """Every grid as a list of (M, N, K)."""
     out = {"small-180": [(m, n, k) for m in (1, 16, 64, 256, 1024) for n in (256, 512, 1024, 2048, 4096, 8192)
-                         for k in (256, 512, 1024, 2048, 4096, 8192)]}
+                         for k in (256, 512, 1024, 2048, 4096, 8192)],
+           "cubes": [(d, d, d) for d in _CUBES]}
     for name, shapes in _MODELS.items():
         out[name] = [(m, n, k) for k, n in shapes for m in _M_MODEL]
     return out
@@ -146,6 +151,8 @@ def report() -> dict[str, Any]:
 def _definition(name: str) -> str:
     if name == "small-180":
         return "M in {1, 16, 64, 256, 1024} x N in {256, ..., 8192} x K in {256, ..., 8192} (powers of two)"
+    if name == "cubes":
+        return "M = N = K in {" + ", ".join(str(d) for d in _CUBES) + "}"
     pairs = ", ".join(f"{n} x {k}" for k, n in _MODELS[name])
     return f"N x K = {pairs}; M = 1, 2, 4, ..., 4096"
 

@@ -11,6 +11,7 @@ decision is ``verified=False`` and warns (:class:`~mmaemu.errors.InferredSplitWa
 The shipped rules (:data:`SHIPPED`), each bound to the one table its evidence comes from:
 
 - :attr:`Rule.H100_K_FLOOR`: at 1 MiB the H100 PCIe does not split K below 5,136;
+- :attr:`Rule.H100_SMALL_K`: nor below the K range anything was recorded in (K < 1,024), at 1 MiB;
 - :attr:`Rule.H100_WORKSPACE`: on the H100 PCIe a split into S parts keeps S fp32 partial outputs in the
   workspace, so where not even two fit, S = 1;
 - :attr:`Rule.RTX4060_FORMAT_PAIR`: on the RTX 4060 the decision does not depend on the FP8 formats, so a
@@ -52,9 +53,12 @@ class Rule(TextEnum):
     """The name of an inference rule (a string enum, printed as its value)."""
 
     H100_K_FLOOR = "h100-k-floor"
+    H100_SMALL_K = "h100-small-k"
     H100_WORKSPACE = "h100-workspace"
     RTX4060_FORMAT_PAIR = "rtx4060-format-pair"
     H100_K_FLOOR_32MIB = "h100-k-floor-32mib"
+    H100_SMALL_K_32MIB = "h100-small-k-32mib"
+    RTX4060_SMALL_K = "rtx4060-small-k"
     H100_FORMAT_PAIR = "h100-format-pair"
     RTX4060_WORKSPACE = "rtx4060-workspace"
 
@@ -63,6 +67,7 @@ class RuleKind(enum.Enum):
     """The mechanism a rule states."""
 
     K_FLOOR = "no split below a K"
+    SMALL_K = "no split below the recorded K range: splits only grow with K, and every part keeps many k-tiles"
     WORKSPACE = "S fp32 partial outputs must fit in the workspace"
     FORMAT_PAIR = "the decision does not depend on the FP8 format pair"
 
@@ -118,6 +123,7 @@ class RuleSpec:
         k_floor: for :attr:`RuleKind.K_FLOOR`, the smallest K at which a split was recorded (S = 1 below it).
         pad: for :attr:`RuleKind.WORKSPACE`, the padding of M and N in the mechanism check (the inference
             itself uses the unpadded M and N, the weaker claim).
+        k_tile: for :attr:`RuleKind.SMALL_K`, the width of the k-tiles the platform's split parts own.
         mechanism: why the rule should hold, and its evidence.
         shipped: whether ``splitk="auto"`` uses it.
         why_not: for a candidate that is not shipped, why.
@@ -130,6 +136,7 @@ class RuleSpec:
     mechanism: str
     k_floor: int = 0
     pad: int = 1
+    k_tile: int = 0
     shipped: bool = True
     why_not: str = ""
 
@@ -199,6 +206,39 @@ _K_FLOOR = RuleSpec(
     k_floor=5136,
 )
 
+# [Note: the H100 below the recorded K range]
+# No H100 heuristic was recorded below K = 1,024 (the sweep's grids start there, seeds 004 p1 and p2; the
+# table's smallest K is 1,024), so no row decides a toy GEMM (16^3 to 512^3, a 256 -> 512 -> 128 MLP). The
+# rule h100-small-k takes S = 1 there, at 1 MiB, from three premises, each checked on every row (check_rule):
+# 1. the K floor above: at 1 MiB nothing splits for 1,024 <= K <= 5,135 (the dense sweep; 459,396 table rows);
+# 2. the split set only grows with K: in no (M, N, setting) group of the H100 table does an unsplit row lie
+#    at a larger K than a split row (every workspace). At 1 MiB, 283,533 rows have an unsplit row above them
+#    in K and none of them splits; 6,017 of the 10,355 split rows have rows above them, all split. The
+#    envelope's fit assumes the same (its assumption 2) and passed its sealed held-out test at 1 MiB
+#    (seeds 004). So a shape unsplit at K = 1,024 is unsplit below it;
+# 3. the mechanism (presumed, not read from cuBLAS): each split part runs the main loop over its own run of
+#    128-wide k-tiles (the contiguous split, seeds 002), which pays only when the part is long. Every part
+#    of every recorded H100 split has at least 18 k-tiles, the largest part at least 22 (36,457 split
+#    rows, every workspace), where a split of a K < 1,024 call (8 k-tiles at most) could give no part more
+#    than 4; a split row whose largest part has 4 or fewer counts as a contradiction. NVIDIA's open sm90
+#    GEMM templates have limits of this kind (CUTLASS, include/cutlass/gemm/kernel/tile_scheduler_params.h:
+#    a stream-K unit gets at least min_iters_per_sk_unit_ = 8 k-tiles, line 467; a split-K is clamped to
+#    the k-tile count, line 1605); cuBLASLt's heuristic is closed, so that is an analogy, not its source.
+# The RTX 4060 shows that this is the H100's behaviour, not cuBLASLt's: its table (K from 16) splits
+# K = 16 into 3 parts and has split rows below unsplit ones in K (candidate rtx4060-small-k,
+# contradicted). Assumed, not shown: an (M, N) the table does not record behaves as its recorded
+# neighbours do (the K floor's assumption). Domain: 1 MiB only (no K floor is established at 32 MiB: the
+# candidate h100-small-k-32mib fits the table and is not shipped, like h100-k-floor-32mib),
+# 16 <= K <= 1,023, and the sweep's M <= 16,384, N <= 2^20.
+_SMALL_K = RuleSpec(
+    Rule.H100_SMALL_K, RuleKind.SMALL_K, H100_TABLE,
+    Domain((_MIB,), 16, _SWEEP_K[0] - 1, _SWEEP_M, _SWEEP_N),
+    "below the recorded K range the H100 does not split at 1 MiB: nothing splits below K = 5,136 there, no "
+    "recorded split row lies below an unsplit row of its M, N and setting in K, and every part of every recorded "
+    "split keeps at least 18 of the 128-wide k-tiles, where a split of a K < 1,024 call could give a part 4 at most",
+    k_tile=128,
+)
+
 # [Note: the H100 workspace capacity]
 # Mechanism (presumed from the rows' tightness, not read from cuBLAS): the H100's split-K kernels write
 # each part's fp32 partial output (M x N, padded) to the cuBLAS workspace and reduce them afterwards, so a
@@ -238,7 +278,7 @@ _FORMAT_PAIR = RuleSpec(
 )
 
 #: The rules ``splitk="auto"`` uses, in the order they are tried.
-SHIPPED: tuple[RuleSpec, ...] = (_K_FLOOR, _WORKSPACE, _FORMAT_PAIR)
+SHIPPED: tuple[RuleSpec, ...] = (_K_FLOOR, _SMALL_K, _WORKSPACE, _FORMAT_PAIR)
 
 #: Every rule checked by the tool: the shipped ones and the candidates that are not shipped.
 CANDIDATES: tuple[RuleSpec, ...] = SHIPPED + (
@@ -246,6 +286,13 @@ CANDIDATES: tuple[RuleSpec, ...] = SHIPPED + (
              _SWEEP_N), "the 1 MiB floor at Transformer Engine's 32 MiB", k_floor=5136, shipped=False,
              why_not="fits the table, but the table has only six K values below 5,136 and no dense K sweep is "
                      "documented at 32 MiB"),
+    RuleSpec(Rule.H100_SMALL_K_32MIB, RuleKind.SMALL_K, H100_TABLE, Domain((32 * _MIB,), 16, _SWEEP_K[0] - 1,
+             _SWEEP_M, _SWEEP_N), "the 1 MiB small-K rule at Transformer Engine's 32 MiB", k_tile=128, shipped=False,
+             why_not="fits the table, but it rests on a K floor at 32 MiB, which is not established (h100-k-floor-32mib)"),
+    RuleSpec(Rule.RTX4060_SMALL_K, RuleKind.SMALL_K, RTX4060_TABLE, Domain((_MIB, 4 * _MIB), 16, 1023, 16_384, 24_576),
+             "the H100 small-K rule on the RTX 4060 (64-wide k-tiles)", k_tile=64, shipped=False,
+             why_not="contradicted by the RTX 4060 table (it splits K = 16 into 3 parts, and some of its splits lie "
+                     "below unsplit rows in K)"),
     RuleSpec(Rule.H100_FORMAT_PAIR, RuleKind.FORMAT_PAIR, H100_TABLE, Domain((_MIB, 32 * _MIB), *_SWEEP_K, _SWEEP_M,
              _SWEEP_N), "the RTX 4060 format-pair rule on the H100", shipped=False,
              why_not="contradicted by the H100 table"),
@@ -271,6 +318,11 @@ def _decide(spec: RuleSpec, table: SplitTable, setting: Setting, m: int, n: int,
             return Inferred(spec.rule, 1, 0, f"K = {k:,} < {spec.k_floor:,}: at this workspace no split was recorded "
                                              f"below K = {spec.k_floor:,} ({spec.rule.value})"), ""
         return None, f"K = {k:,} >= {spec.k_floor:,}"
+    if spec.kind is RuleKind.SMALL_K:
+        tiles = -(-k // spec.k_tile)
+        return Inferred(spec.rule, 1, 0, f"K = {k:,} is below the recorded K range: {tiles} k-tiles of {spec.k_tile}, so "
+                                         f"a split part would have at most {-(-tiles // 2)}, fewer than every recorded "
+                                         f"split part ({spec.rule.value})"), ""
     if spec.kind is RuleKind.WORKSPACE:
         need = 2 * m * n * 4
         if need > setting.workspace_bytes:
@@ -343,12 +395,33 @@ def _example(table: SplitTable, setting: np.ndarray, m: np.ndarray, n: np.ndarra
     return int(m[i]), int(n[i]), int(k[i]), text, int(s[i])
 
 
+def _small_k_claims(spec: RuleSpec, table: SplitTable, setting: np.ndarray, ws: np.ndarray, k: np.ndarray,
+                    s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A small-K rule's claims (S = 1) and its broken mechanism rows, over every row at its workspaces.
+
+    Claimed: a row inside the domain, and a row with an unsplit row of its M, N and setting at a larger K
+    (the step from an unsplit K to every K below it). Broken: a split row whose largest part has no more
+    k-tiles than a part of a split of the domain's largest K could have.
+    """
+    at_ws = np.isin(ws, spec.domain.workspaces)
+    m, n, _ = unpack_key(table.key)
+    _, group = np.unique((setting << 42) | (np.asarray(table.key, np.int64) >> 21), return_inverse=True)
+    group = group.reshape(-1)
+    top_unsplit = np.full(int(group.max(initial=-1)) + 1, -1, np.int64)
+    np.maximum.at(top_unsplit, group[s == 1], k[s == 1])
+    claimed = spec.domain.mask(ws, m, n, k) | (at_ws & (k < top_unsplit[group]))
+    longest = -(-(-(-spec.domain.k_max // spec.k_tile)) // 2)
+    parts = -(-(-(-k // spec.k_tile)) // np.maximum(s, 1))
+    return claimed, at_ws & (s > 1) & (parts <= longest)
+
+
 def check_rule(spec: RuleSpec, table: SplitTable) -> RuleCheck:
     """Check a rule against every row of ``table``: its claims, and for a workspace rule its mechanism.
 
     A row is checked when it lies in the rule's domain and the rule decides its shape from what it
-    would know without that row (the format-pair rule: the rows of the other pairs); it contradicts the
-    rule when its recorded S (and, for the format-pair rule, customOption) differs from the rule's.
+    would know without that row (the format-pair rule: the rows of the other pairs; the small-K rule: an
+    unsplit row of the same M, N and setting at a larger K); it contradicts the rule when its recorded S
+    (and, for the format-pair rule, customOption) differs from the rule's.
     """
     setting, ws, m, n, k, s, custom = _rows(table)
     inside = spec.domain.mask(ws, m, n, k)
@@ -357,6 +430,12 @@ def check_rule(spec: RuleSpec, table: SplitTable) -> RuleCheck:
     if spec.kind is RuleKind.K_FLOOR:
         claimed = inside & (k < spec.k_floor)
         bad = claimed & (s != 1)
+    elif spec.kind is RuleKind.SMALL_K:
+        claimed, broken = _small_k_claims(spec, table, setting, ws, k, s)
+        bad = claimed & (s != 1)
+        mech_rows, mech_bad = int((np.isin(ws, spec.domain.workspaces) & (s > 1)).sum()), int(broken.sum())
+        if not bad.any():
+            bad_example = broken
     elif spec.kind is RuleKind.WORKSPACE:
         claimed = inside & (2 * m * n * 4 > ws)
         bad = claimed & (s != 1)

@@ -112,8 +112,12 @@ def test_tables_record_the_profiles_platforms() -> None:
 def test_cases_from_the_seeds() -> None:
     d = quiet("hopper", problem(64, 5760, 1920))
     assert (d.parts, d.scheme, d.source, d.verified) == (1, Scheme.NONE, SplitSource.TABLE, True)
+    # K = 128 is below every recorded H100 K: the seeds' example of a refusal. At 1 MiB the small-K rule now
+    # infers S = 1 (experimental); at 32 MiB nothing decides it
+    d = quiet("hopper", problem(16, 256, 128))
+    assert (d.parts, d.source, d.verified) == (1, SplitSource.INFERENCE, False)
     with pytest.raises(mmaemu.SplitKUnknownError, match="explain"):
-        quiet("hopper", problem(16, 256, 128))  # K below the envelope's range, not in the table
+        quiet("hopper-te", problem(16, 256, 128))
     assert quiet("ada", problem(16, 128, 8192)).parts == 8
     d = quiet("ada", problem(16, 128, 8192, fast=False))
     assert (d.parts, d.scheme, d.source) == (12, Scheme.PAIRWISE, SplitSource.TABLE)
@@ -159,7 +163,11 @@ def test_h100_envelope_break_points(monkeypatch: pytest.MonkeyPatch) -> None:
     assert bound(1024) == 15_360 and bound(5120) == 15_360 and bound(5136) > 15_360
     for k in (1023, 4_194_305):  # just outside the envelope's K range
         with pytest.raises(mmaemu.SplitKUnknownError):
-            quiet(hopper, problem(4095, 4097, k))
+            quiet("hopper-te", problem(4095, 4097, k))
+    with pytest.raises(mmaemu.SplitKUnknownError):
+        quiet(hopper, problem(4095, 4097, 4_194_305))
+    d = quiet(hopper, problem(4095, 4097, 1023))  # below it, at 1 MiB, the small-K rule decides
+    assert (d.parts, d.source, d.verified) == (1, SplitSource.INFERENCE, False) and "h100-small-k" in d.note
     monkeypatch.setenv("MMAEMU_SPLITK_STRICT", "1")
     with pytest.raises(mmaemu.SplitKUnknownError):
         quiet(hopper, problem(4095, 4097, 3000))
@@ -253,7 +261,7 @@ def test_an_undecided_shape_says_what_is_known_and_what_to_do(capsys: pytest.Cap
     from mmaemu.cli import main
     from mmaemu.platforms.splitk import SplitSource
 
-    p = problem(32, 48, 64, fast=False)
+    p = problem(32, 48, 5152, fast=False)  # above the K floor, off the table, below the envelope's bound
     with pytest.raises(mmaemu.SplitKUnknownError) as info:
         resolve_splitk(get_profile("hopper"), p)
     message = str(info.value)

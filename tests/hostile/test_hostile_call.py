@@ -112,7 +112,7 @@ def offset_mat1(offset: int) -> torch.Tensor:
 
 #: (id, call overrides, expected exception class, message pattern, setup)
 REFUSALS: list[tuple[str, dict[str, Any], type[BaseException], str, Any]] = [
-    ("splitk-unknown", {"splitk": "auto"}, mmaemu.SplitKUnknownError, "splitk=1 only if", None),
+    ("splitk-unknown", {"splitk": "auto", "profile": "hopper-te"}, mmaemu.SplitKUnknownError, "splitk=1 only if", None),
     ("misaligned-offset", {"mat1": offset_mat1(8)}, RR, "CUBLAS_STATUS_NOT_SUPPORTED", None),
     ("layout", {"mat2": mat(32, 16)}, RR, "row-major and column-major", None),
     ("shapes", {"mat2": mat(16, 48).t()}, RR, "cannot be multiplied", None),
@@ -190,7 +190,7 @@ def test_refused_call_modifies_nothing(case: tuple[Any, ...], out_kind: str, mon
 
 def test_refused_call_emits_no_resize_warning() -> None:
     """torch's "An output with one or more elements was resized" warning only when out is resized."""
-    kwargs = base(splitk="auto", out=torch.zeros(4, 4, dtype=torch.bfloat16))
+    kwargs = base(splitk="auto", profile="hopper-te", out=torch.zeros(4, 4, dtype=torch.bfloat16))
     args, kw = split(kwargs)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -68,7 +68,7 @@ def test_operator_raises_what_scaled_mm_raises() -> None:
     with pytest.raises(mmaemu.ReferenceRejectsError, match="column-major"):
         ops.scaled_mm(a, b.t().contiguous(), sa, sb, out_dtype=torch.bfloat16, splitk=1)
     with pytest.raises(mmaemu.SplitKUnknownError):
-        ops.scaled_mm(a, b.t(), sa, sb, out_dtype=torch.bfloat16, profile="hopper")
+        ops.scaled_mm(a, b.t(), sa, sb, out_dtype=torch.bfloat16, profile="hopper-te")
     with pytest.raises(mmaemu.UnsupportedFeatureError, match="inference-only"):
         ops.scaled_mm(a, b.t(), sa.clone().requires_grad_(), sb, out_dtype=torch.bfloat16, splitk=1)
     with pytest.raises(ValueError):

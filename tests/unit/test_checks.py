@@ -196,7 +196,7 @@ ROWS = [
     Row("rowwise-bf16", lambda: base(scale_a=torch.ones(16, 1), scale_b=torch.ones(1, 16)), UF, "row-wise scales are not modelled"),
     Row("requires-grad", lambda: base(scale_a=one().requires_grad_()), UF, "scale_a require grad"),
     Row("flush-to-zero", lambda: base(), mmaemu.MmaemuError, "flushes subnormal", setup=ftz_on),
-    Row("splitk-unknown", lambda: base(splitk="auto"), mmaemu.SplitKUnknownError, "splitk=1 only if"),
+    Row("splitk-unknown", lambda: base(splitk="auto", profile="hopper-te"), mmaemu.SplitKUnknownError, "splitk=1 only if"),
     Row("out-odd-layout", lambda: base(out=torch.empty(16, 32, dtype=torch.bfloat16)[:, ::2]), UF, "leave out unchanged"),
     # --- our own arguments and Python types ---------------------------------------------------------
     Row("bad-splitk", lambda: base(splitk=(2, "tree")), ValueError, "accepted: 1, \\(S, 'contiguous'\\)"),

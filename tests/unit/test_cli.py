@@ -17,14 +17,14 @@ def test_explain_quickstart_shape(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_explain_unknown_split_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["explain", "16", "256", "128", "--fast"]) == 1
+    assert main(["explain", "16", "256", "128", "--fast", "--profile", "hopper-te"]) == 1
     assert "SplitKUnknownError" in capsys.readouterr().out
 
 
 def test_explain_of_a_refused_shape_prints_the_plan_and_the_reason(capsys: pytest.CaptureFixture[str]) -> None:
     """Not the error scaled_mm raises (which points back to explain): the plan, each split-K source's
     finding in order, and what to do; exit status 1, no traceback."""
-    assert main(["explain", "16", "256", "128", "--fast"]) == 1
+    assert main(["explain", "16", "256", "128", "--fast", "--profile", "hopper-te"]) == 1
     out = capsys.readouterr().out
     lines = out.splitlines()
     assert lines[0].startswith("mmaemu plan for M x N x K = 16 x 256 x 128")
@@ -32,7 +32,7 @@ def test_explain_of_a_refused_shape_prints_the_plan_and_the_reason(capsys: pytes
     assert 'validated:  no: the call is refused (SplitKUnknownError): no source of splitk="auto" decides' in out
     sources = [line.split(":")[0].strip() for line in lines if line.startswith("    ") and line[4] != " "]
     assert sources == ["table", "workspace0", "live-query", "envelope", "inference"]
-    assert "K = 128 is outside 1,024 <= K <= 5,135" in out  # why the K-floor rule does not reach it
+    assert "h100-small-k: the workspace is 32 MiB, not 1 MiB" in out  # why the small-K rule does not reach it
     assert "to decide:  Nearest shapes" in out and "splitk=1 only if" in out and "python -m mmaemu record" in out
     assert "See what is known" not in out and "Traceback" not in out
 
@@ -48,6 +48,18 @@ def test_explain_of_an_inferred_shape(capsys: pytest.CaptureFixture[str], monkey
     assert main(["explain", "1", "11008", "4096"]) == 1
     out = capsys.readouterr().out
     assert "inference:  off (MMAEMU_SPLITK_STRICT)" in out and "split-K:    undecided" in out
+
+
+def test_explain_of_a_small_k_shape(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """16 x 256 x 128 under the default profile: below the recorded K range, S = 1 from h100-small-k, warned;
+    it raised SplitKUnknownError before the rule, and still does under MMAEMU_SPLITK_STRICT=1."""
+    assert main(["explain", "16", "256", "128", "--fast"]) == 0
+    out = capsys.readouterr().out
+    assert "S = 1, none, from inference (not verified)" in out and "h100-small-k" in out
+    assert "below the recorded K range" in out and "warns:      InferredSplitWarning" in out
+    monkeypatch.setenv("MMAEMU_SPLITK_STRICT", "1")
+    assert main(["explain", "16", "256", "128", "--fast"]) == 1
+    assert "SplitKUnknownError" in capsys.readouterr().out
 
 
 def test_explain_ada_split_and_rejection(capsys: pytest.CaptureFixture[str]) -> None:

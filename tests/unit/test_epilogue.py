@@ -195,10 +195,14 @@ def test_two_steps_equal_scaled_mm_where_the_reference_gpu_splits() -> None:
 
 
 def test_accumulate_warns_where_its_default_split_is_unknown() -> None:
-    """16 x 256 x 128 on hopper: no evidence decides the split (scaled_mm raises SplitKUnknownError), so
+    """16 x 256 x 128 on hopper-te: no evidence decides the split (scaled_mm raises SplitKUnknownError), so
     accumulate computes no split and says so, naming what to pass."""
     a = torch.ones(16, 128).to(torch.float8_e4m3fn)
     b = torch.ones(256, 128).to(torch.float8_e4m3fn)
     with pytest.warns(mmaemu.UnverifiedSplitWarning, match="no evidence decides it.*splitk=mmaemu.explain"):
+        acc = mmaemu.accumulate(a, b, use_fast_accum=True, profile="hopper-te")
+    assert float(acc[0, 0]) == 128.0
+    # on the default profile (1 MiB) the small-K rule decides S = 1 for every output dtype: no split, its warning
+    with pytest.warns(mmaemu.InferredSplitWarning, match="h100-small-k"):
         acc = mmaemu.accumulate(a, b, use_fast_accum=True)
     assert float(acc[0, 0]) == 128.0

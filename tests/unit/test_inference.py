@@ -72,7 +72,7 @@ def test_the_rules_not_shipped_are_contradicted_or_lack_evidence() -> None:
             continue
         check = check_rule(spec, SplitTable.load(spec.table_id))
         assert spec.why_not
-        if spec.rule is Rule.H100_K_FLOOR_32MIB:
+        if spec.rule in (Rule.H100_K_FLOOR_32MIB, Rule.H100_SMALL_K_32MIB):
             assert check.holds  # fits the table; not shipped for want of a dense K sweep at 32 MiB
         else:
             assert not check.holds and check.example is not None
@@ -147,9 +147,10 @@ def test_workspace_rule_decides_above_the_capacity_and_nothing_below() -> None:
     # at 32 MiB (hopper-te) the capacity is 4,194,304 outputs
     te = Problem(4_194_304 // 1024 + 1, 1024, k, E4, E4, BF16, False)
     assert quiet("hopper-te", te).source in (SplitSource.INFERENCE, SplitSource.ENVELOPE)
-    # outside the sweep's K range the rule claims nothing
+    # outside the sweep's K range the rule claims nothing (at 32 MiB no other rule decides K = 512 either)
+    assert 2 * 1025 * 4097 * 4 > 32 << 20
     with pytest.raises(mmaemu.SplitKUnknownError):
-        quiet("hopper", Problem(4095, 4097, 512, E4, E4, BF16, False))
+        quiet("hopper-te", Problem(1025, 4097, 512, E4, E4, BF16, False))
 
 
 def test_format_pair_rule_copies_the_recorded_pair_split_included() -> None:
@@ -189,9 +190,12 @@ def test_rules_bind_to_their_table_only() -> None:
 
 
 def test_trace_lists_each_source_in_order() -> None:
-    steps = trace_splitk(get_profile("hopper"), Problem(16, 256, 128, E4, E4, BF16, True))
+    steps = trace_splitk(get_profile("hopper-te"), Problem(16, 256, 128, E4, E4, BF16, True))
     assert [s.source.value for s in steps] == ["table", "workspace0", "live-query", "envelope", "inference"]
     assert not any(s.decided for s in steps) and "K = 128 is outside" in steps[-1].why
+    assert "h100-small-k: the workspace is 32 MiB, not 1 MiB" in steps[-1].why
+    steps = trace_splitk(get_profile("hopper"), Problem(16, 256, 128, E4, E4, BF16, True))
+    assert steps[-1].decided and "below the recorded K range" in steps[-1].why and "h100-small-k" in steps[-1].why
     steps = trace_splitk(get_profile("hopper"), DECODE)
     assert steps[-1].decided and steps[-1].source is SplitSource.INFERENCE
     assert trace_splitk(get_profile("hopper"), Problem(64, 5760, 1920, E4, E4, BF16, True))[-1].source is SplitSource.TABLE
@@ -221,3 +225,117 @@ def test_the_warning_names_the_callers_line() -> None:
 def _under_emulate(a: torch.Tensor, b: torch.Tensor, one: torch.Tensor) -> torch.Tensor:
     with mmaemu.emulate(backend="reference"):
         return torch._scaled_mm(a, b.t(), one, one, out_dtype=torch.bfloat16)
+
+
+# [Note: the small-K premises, checked without the code under test]
+# The rule h100-small-k (S = 1 below the recorded K range, at 1 MiB) rests on three facts about the raw
+# recordings, computed here directly from recordings/splitk with numpy (not through check_rule): no row
+# of the H100 table has K < 1,024; in every (M, N, setting) group, no unsplit row lies at a larger K than
+# a split one (the split set only grows with K); and every split part keeps more than 4 of the 128-wide
+# k-tiles (the most a part of a split K < 1,024 call could have). The RTX 4060's recording, which covers
+# K from 16, breaks the last two: the rule is the H100's, not cuBLASLt's.
+
+
+def _raw_premises(table_id: str, ws_code: int, k_tile: int) -> tuple[int, int, int, int, int]:
+    """(rows below K = 1,024, rows at that workspace, split rows, split rows below an unsplit row of their
+    group, split rows whose largest part has at most 4 k-tiles of ``k_tile``) at one workspace code."""
+    raw = np.load(require(RECORDINGS / "splitk" / f"{table_id}.npz"))
+    keep = raw["ws"] == ws_code
+    m, n, k, s = (raw[c][keep].astype(np.int64) for c in ("M", "N", "K", "splitK"))
+    setting = sum(raw[c][keep].astype(np.int64) << shift for c, shift in (("fa", 0), ("fb", 1), ("out", 2), ("fast", 5)))
+    _, group = np.unique((setting << 42) | (m << 21) | n, return_inverse=True)
+    group = group.reshape(-1)
+    top_unsplit = np.full(group.max() + 1, -1)
+    np.maximum.at(top_unsplit, group[s == 1], k[s == 1])
+    split = s > 1
+    parts = -(-(-(-k // k_tile)) // s)  # ceil(ceil(K / k_tile) / S): the largest part's k-tiles
+    return (int((k < 1024).sum()), int(keep.sum()), int(split.sum()), int((split & (k < top_unsplit[group])).sum()),
+            int((split & (parts <= 4)).sum()))
+
+
+def test_the_small_k_rule_rests_on_every_h100_row_and_the_rtx4060_breaks_it() -> None:
+    below, rows, split, shrinks, short = _raw_premises(inference.H100_TABLE, 1, 128)
+    assert (below, shrinks, short) == (0, 0, 0) and rows == 784_504 and split == 10_355
+    check = check_rule(_spec(Rule.H100_SMALL_K), SplitTable.load(inference.H100_TABLE))
+    assert check.holds and check.example is None and check.rows_checked > 100_000
+    assert check.mechanism_rows == split  # every split row of the 1 MiB workspace
+    _, _, split, shrinks, short = _raw_premises(inference.RTX4060_TABLE, 1, 64)
+    assert split > 30_000 and shrinks > 1_000 and short > 1_000
+    rtx = check_rule(_spec(Rule.RTX4060_SMALL_K), SplitTable.load(inference.RTX4060_TABLE))
+    assert not rtx.holds and rtx.contradictions > 10_000 and rtx.mechanism_contradictions > 1_000
+
+
+@pytest.mark.parametrize("m, n, k", [(16, 16, 16), (32, 32, 32), (512, 512, 512), (1, 512, 256), (4096, 128, 512),
+                                     (16_384, 1 << 20, 1008)])
+@pytest.mark.parametrize("fast", [False, True])
+def test_hopper_small_k_is_inferred_unsplit_with_a_warning(m: int, n: int, k: int, fast: bool) -> None:
+    """16^3 to 512^3 and the toy MLP raised SplitKUnknownError under the default profile."""
+    with pytest.warns(InferredSplitWarning, match="inferred, not recorded.*h100-small-k.*MMAEMU_SPLITK_STRICT"):
+        d = resolve_splitk(get_profile("hopper"), Problem(m, n, k, E4, E4, BF16, fast))
+    assert (d.parts, d.scheme, d.source, d.verified) == (1, Scheme.NONE, SplitSource.INFERENCE, False)
+    steps = trace_splitk(get_profile("hopper"), Problem(m, n, k, E5, E4, OutFormat.FLOAT32, fast))
+    assert steps[-1].decided and steps[-1].source is SplitSource.INFERENCE and "h100-small-k" in steps[-1].why
+
+
+@pytest.mark.parametrize("profile, m, n, k, why", [
+    ("hopper-te", 16, 16, 16, "h100-small-k: the workspace is 32 MiB, not 1 MiB"),  # no floor recorded at 32 MiB
+    ("hopper", 16_385, 64, 512, "h100-small-k: M = 16,385, N = 64 exceed"),  # beyond the sweep's M
+    ("hopper", 16, 48, 5152, "h100-small-k: K = 5,152 is outside 16 <= K <= 1,023"),  # above the K floor
+])
+def test_the_small_k_rule_does_not_reach_beyond_its_domain(profile: str, m: int, n: int, k: int, why: str) -> None:
+    with pytest.raises(mmaemu.SplitKUnknownError):
+        quiet(profile, Problem(m, n, k, E4, E4, BF16, False))
+    assert why in trace_splitk(get_profile(profile), Problem(m, n, k, E4, E4, BF16, False))[-1].why
+
+
+def test_strict_refuses_the_small_k_inference(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MMAEMU_SPLITK_STRICT", "1")
+    with pytest.raises(mmaemu.SplitKUnknownError, match="splitk=1 only if"):
+        quiet("hopper", Problem(16, 16, 16, E4, E4, BF16, False))
+
+
+def test_a_broken_small_k_rule_is_contradicted() -> None:
+    spec = _spec(Rule.H100_SMALL_K)
+    too_far = dataclasses.replace(spec, domain=dataclasses.replace(spec.domain, k_max=6143))
+    check = check_rule(too_far, SplitTable.load(too_far.table_id))
+    assert check.contradictions > 0 and check.mechanism_contradictions > 0 and check.example is not None
+    at_32 = dataclasses.replace(spec, domain=dataclasses.replace(spec.domain, workspaces=(32 << 20,), k_max=6143))
+    assert not check_rule(at_32, SplitTable.load(at_32.table_id)).holds
+
+
+MLP = ((512, 256), (128, 512))  # (N, K): 256 -> 512 -> 128
+#: Off the RTX 4060 table and not above its envelope's bound (twice the largest split M*N of the setting: 262,144).
+ADA_REFUSED = {(1, 512, 256), (1, 128, 512), (7, 512, 256), (7, 128, 512), (1000, 128, 512)}
+
+
+@pytest.mark.parametrize("tokens", [1, 7, 64])
+def test_a_toy_mlp_runs_under_hopper_with_the_inferred_split(tokens: int) -> None:
+    """Both layers of a 256 -> 512 -> 128 MLP: S = 1 from h100-small-k, the same bits as splitk=1."""
+    g = torch.Generator().manual_seed(tokens)
+    x = (torch.randn(tokens, 256, generator=g) * 8).to(torch.float8_e4m3fn)
+    one = torch.tensor(1.0)
+    for n, k in MLP:
+        w = (torch.randn(n, k, generator=g) * 8).to(torch.float8_e4m3fn)
+        with pytest.warns(InferredSplitWarning, match="h100-small-k"):
+            y = mmaemu.scaled_mm(x, w.t(), one, one, out_dtype=torch.bfloat16, backend="reference")
+        mmaemu.testing.assert_bitwise_equal(y, mmaemu.scaled_mm(x, w.t(), one, one, out_dtype=torch.bfloat16, splitk=1,
+                                                                backend="reference"))
+        x = y.clamp(-448, 448).to(torch.float8_e4m3fn)
+
+
+@pytest.mark.parametrize("tokens", [1, 7, 64, 1000])
+def test_a_toy_mlp_under_ada_is_decided_where_recorded_and_refused_clearly_elsewhere(tokens: int) -> None:
+    """The RTX 4060 table records K from 16: its rows decide; where neither a row nor the envelope does
+    (:data:`ADA_REFUSED`), the call raises and says what to do. No H100 rule reaches the RTX 4060."""
+    table = SplitTable.load(inference.RTX4060_TABLE)
+    for n, k in MLP:
+        problem = Problem(tokens, n, k, E4, E4, BF16, False)
+        recorded = table.lookup(problem.setting(1 << 20).code, tokens, n, k)
+        try:
+            d = quiet("ada", problem)
+        except mmaemu.SplitKUnknownError as e:
+            assert recorded is None and (tokens, n, k) in ADA_REFUSED
+            assert f"python -m mmaemu explain {tokens} {n} {k}" in str(e) and "splitk=1 only if" in str(e)
+            continue
+        assert d.source in (SplitSource.TABLE, SplitSource.ENVELOPE) and d.parts == 1
+        assert (d.source is SplitSource.TABLE) == (recorded is not None)

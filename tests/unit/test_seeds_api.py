@@ -63,7 +63,7 @@ def test_validated_is_false_with_the_reason() -> None:
     x = torch.ones(16, 1024).to(torch.float8_e4m3fn)
     one = torch.tensor(1.0)
     undecided = mmaemu.explain(torch.ones(16, 128).to(torch.float8_e4m3fn), torch.ones(256, 128).to(torch.float8_e4m3fn).t(),
-                               one, one, use_fast_accum=True)
+                               one, one, use_fast_accum=True, profile="hopper-te")
     assert not undecided.validated and "refused (SplitKUnknownError)" in str(undecided.reason)
     experimental = mmaemu.explain(x, torch.ones(64, 1024).to(torch.float8_e4m3fn).t(), one, one,
                                   profile="hopper-experimental", splitk=1)
