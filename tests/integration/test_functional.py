@@ -80,7 +80,7 @@ def test_two_scales_for_one_tensor_wise_recipe_are_refused() -> None:
         mmaemu.scaled_mm_v2(a, b, [one, one], TW, one, TW)
 
 
-@pytest.mark.parametrize("recipe", ["RowWise", "BlockWise1x16", "BlockWise1x32", "BlockWise1x128", "BlockWise128x128"])
+@pytest.mark.parametrize("recipe", ["BlockWise1x16", "BlockWise1x32", "BlockWise1x128", "BlockWise128x128"])
 def test_other_recipes_raise_naming_them(recipe: str) -> None:
     a, b = _operands()
     one = torch.tensor(1.0)
@@ -88,6 +88,54 @@ def test_other_recipes_raise_naming_them(recipe: str) -> None:
         mmaemu.scaled_mm_v2(a, b, one, getattr(F.ScalingType, recipe), one, getattr(F.ScalingType, recipe))
     with pytest.raises(mmaemu.UnsupportedFeatureError, match=f"{recipe} \\(mat_b\\)"):
         mmaemu.scaled_mm_v2(a, b, one, TW, one, getattr(F.ScalingType, recipe))
+
+
+RW = F.ScalingType.RowWise
+
+
+def test_row_wise_on_both_operands_is_the_row_wise_scaled_mm() -> None:
+    """Old code: F.scaled_mm with RowWise recipes raised UnsupportedFeatureError. Now it is torch._scaled_mm's
+    row-wise call (torch 2.7.1's CUTLASS kernel), warned; a RowWise recipe on one operand only still raises."""
+    a, b = _operands()
+    g = torch.Generator().manual_seed(9)
+    sa, sb = torch.rand(16, 1, generator=g) + 0.5, torch.rand(1, 48, generator=g) + 0.5
+    with pytest.warns(mmaemu.UnrecordedKernelWarning):
+        want = mmaemu.scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=True)
+    for scale_b in (sb, sb.reshape(48, 1)):  # torch's check takes any scale_b of N elements with stride(1) == 1
+        with pytest.warns(mmaemu.UnrecordedKernelWarning):
+            got = mmaemu.scaled_mm_v2(a, b, sa, RW, scale_b, RW, use_fast_accum=True)
+        assert_bitwise_equal(got, want)
+    with pytest.raises(mmaemu.UnsupportedFeatureError, match="RowWise \\(mat_a\\) and TensorWise \\(mat_b\\)"):
+        mmaemu.scaled_mm_v2(a, b, sa, RW, torch.tensor(1.0), TW)
+
+
+def _rowwise_cases() -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    ones = torch.ones
+    return {
+        "scale_a 16 x 2": (ones(16, 2), ones(1, 48)),
+        "scale_a 8 x 1": (ones(8, 1), ones(1, 48)),
+        "scale_a fp16": (ones(16, 1, dtype=torch.float16), ones(1, 48)),
+        "scale_b 1 x 32": (ones(16, 1), ones(1, 32)),
+        "scale_b fp64": (ones(16, 1), ones(1, 48, dtype=torch.float64)),
+        "scale_a stride(1) 2": (ones(32).as_strided((16, 1), (1, 2)), ones(1, 48)),
+        "scale_b stride(1) 2": (ones(16, 1), ones(1, 96)[:, ::2]),
+    }
+
+
+@pytest.mark.parametrize("name", sorted(_rowwise_cases()))
+def test_row_wise_rejections_are_torch_2_13s(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch 2.13's RowWise checks (``_check_scaled_mm_sizes_v2`` on its CUDA branch), message and type."""
+    import torch._meta_registrations as meta
+
+    a, b = _operands()
+    sa, sb = _rowwise_cases()[name]
+    monkeypatch.setattr(meta, "device_hint", lambda tensor: "cuda")
+    with pytest.raises(ValueError) as theirs:
+        meta._check_scaled_mm_sizes_v2(a, b, [sa], [int(RW.value)], [sb], [int(RW.value)])
+    monkeypatch.undo()
+    with pytest.raises(mmaemu.ReferenceRejectsValueError) as ours:
+        mmaemu.scaled_mm_v2(a, b, sa, RW, sb, RW)
+    assert str(ours.value) == str(theirs.value)
 
 
 def test_swizzles_and_contraction_dims_raise_naming_them() -> None:
