@@ -52,7 +52,10 @@ _BIG, _SMALL = 256.0, 2.0**-7
 _SHAPES = (("order-16x128", 16, 128, 32, True, "order"), ("order-16x256", 16, 256, 32, True, "order"),
            ("zero-bias", 16, 128, 32, True, "zero"), ("chains-slow", 16, 16, _CHAIN_K, False, "chains"),
            ("chains-fast", 16, 16, _CHAIN_K, True, "chains"))
+#: The bounds of a recorded row-wise probe (the analysis runs each of 48 candidates on each): outputs, work, count.
 _MAX_ELEMENTS = 1 << 16
+_MAX_WORK = 1 << 20
+_MAX_PROBES = 8
 
 
 @dataclass(frozen=True)
@@ -209,8 +212,9 @@ def _entry(e: Any, where: str) -> tuple[str, int, int, int, bool, bool]:
         value = e.get(key)
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1 << 12:
             raise RecordingDamagedError(f"{where}: field {key!r}={value!r} is not an integer in [1, 4096]")
-    if e["m"] * e["n"] * e["k"] > 1 << 24 or e["m"] * e["n"] > _MAX_ELEMENTS:
-        raise RecordingDamagedError(f"{where}: {e['m']} x {e['n']} x {e['k']} is larger than a row-wise probe")
+    if e["m"] * e["n"] * e["k"] > _MAX_WORK or e["m"] * e["n"] > _MAX_ELEMENTS:
+        raise RecordingDamagedError(f"{where}: {e['m']} x {e['n']} x {e['k']} is more work than a row-wise probe may "
+                                    f"take ({_MAX_WORK:,} multiply-adds per candidate)")
     for key in ("fast", "bias"):
         if not isinstance(e.get(key), bool):
             raise RecordingDamagedError(f"{where}: field {key!r}={e.get(key)!r} is not true or false")
@@ -224,8 +228,9 @@ def rowwise_results(doc: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) ->
         RecordingDamagedError: naming the probe and the field.
     """
     entries = doc.get("rowwise_probes", [])
-    if not isinstance(entries, list) or len(entries) > 16:
-        raise RecordingDamagedError("probes.json: field 'rowwise_probes' is not a list of at most 16 row-wise probes")
+    if not isinstance(entries, list) or len(entries) > _MAX_PROBES:
+        raise RecordingDamagedError(f"probes.json: field 'rowwise_probes' is not a list of at most {_MAX_PROBES} "
+                                    "row-wise probes")
     results, names = [], set()
     for i, e in enumerate(entries):
         where = f"probes.json: row-wise probe {i}"
