@@ -19,11 +19,12 @@ operator's schema and served by :func:`mmaemu.scaled_mm` (``_scaled_mm_v2``: by
 other operator runs unchanged. While a call is served the mode is off (torch pops it), so mmaemu's own
 arithmetic is not intercepted.
 
-Calls mmaemu cannot serve (row-wise or block-wise scales, ``_scaled_mm_v2`` recipes other than
-tensor-wise on both operands, a bias with an FP8 output, inputs requiring grad) raise
+Calls mmaemu cannot serve (block-wise scales, ``_scaled_mm_v2`` recipes other than tensor-wise or
+row-wise on both operands, a bias with an FP8 output, inputs requiring grad) raise
 :class:`~mmaemu.UnsupportedFeatureError`, or with ``fallback="native"`` run natively and are counted in
 ``log.native``. A bias with a bf16 or fp16 output is served, experimentally, and warns
-(:class:`~mmaemu.UnverifiedEpilogueWarning`). Calls the reference platform rejects raise
+(:class:`~mmaemu.UnverifiedEpilogueWarning`); so are row-wise scales (torch 2.7.1's CUTLASS kernel,
+:mod:`mmaemu.kernels`; :class:`~mmaemu.UnrecordedKernelWarning`). Calls the reference platform rejects raise
 :class:`~mmaemu.ReferenceRejectsError` and shapes no evidence decides raise
 :class:`~mmaemu.SplitKUnknownError` whatever ``fallback`` says: a native result there would not be
 the reference platform's.
@@ -207,7 +208,7 @@ class _ScaledMmMode(TorchDispatchMode):
 class emulate:  # noqa: N801 - used like a function: ``with mmaemu.emulate(...) as log``
     """Context manager: every FP8 GEMM call in the block returns the profile's bits.
 
-    ``torch._scaled_mm``, ``torch.nn.functional.scaled_mm`` (tensor-wise scales) and the aten
+    ``torch._scaled_mm``, ``torch.nn.functional.scaled_mm`` (tensor-wise and row-wise scales) and the aten
     operators behind them, from any caller, tensor subclasses such as torchao's included
     (:mod:`mmaemu.intercept`).
 

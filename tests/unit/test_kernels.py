@@ -141,3 +141,21 @@ def test_candidates_and_the_registry() -> None:
     assert rowwise_model_for(HOPPER, None) is ROWWISE_SM90 and rowwise_model_for(ADA, None) is ROWWISE_SM89
     assert rowwise_model_for(B200_MMA_SYNC, None) is None
     assert rowwise_model_for(B200_MMA_SYNC, "cutlass-rowwise-sm90/promotion=64").promotion == 64
+
+
+def test_explain_shows_the_kernel_and_the_order_it_assumed() -> None:
+    """Item 1: explain names the kernel, its dispatch and its epilogue order; the plan is not validated."""
+    import mmaemu
+
+    a = torch.ones(16, 8192).to(torch.float8_e4m3fn)
+    b = torch.ones(256, 8192).to(torch.float8_e4m3fn)
+    sa, sb = torch.ones(16, 1), torch.ones(1, 256)
+    plan = mmaemu.explain(a, b.t(), sa, sb, out_dtype=torch.bfloat16)
+    assert plan.ok and plan.kernel is not None and plan.kernel.transposed and plan.split is None
+    assert not plan.validated and plan.reason is not None and plan.reason.startswith("UnrecordedKernelWarning")
+    text = str(plan)
+    assert "kernel:     cutlass-rowwise-sm90 (sm_90; dispatch rule 5, transposed" in text
+    assert "epilogue: bf16(fma(fp32(acc * scale_b[n]), scale_a[m], bias[n] or +0))" in text
+    ada = mmaemu.explain(a, b[:128].t(), sa, sb[:, :128], out_dtype=torch.bfloat16, profile="ada")
+    assert ada.kernel is not None and not ada.kernel.transposed and ada.kernel.splits_k
+    assert "stream-K on 24 SMs at occupancy 2 (derived): 1 of 1 tiles of 64 x 128 divided over 8 blocks" in str(ada)
