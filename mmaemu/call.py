@@ -16,7 +16,7 @@ import torch
 from .accumulation import plan_accumulation
 from .backends import Backend, parse_backend, require, resolve_backend
 from .backends import run as run_backend
-from .checks import CheckedCall, ScalingType, check_call
+from .checks import CheckedCall, ScalingType, check_call, cublaslt_bias
 from .epilogue import BiasOrder, scratch_epilogue
 from .errors import (
     warn_caller,
@@ -25,13 +25,21 @@ from .errors import (
     UnverifiedEpilogueWarning,
     UnverifiedSplitWarning,
 )
-from .formats import FP8_DTYPES, WIDE_DTYPES, wide_format_of
+from .formats import FP8_DTYPES, WIDE_DTYPES, OutFormat, fp8_format_of, wide_format_of
 from ._host import check_cpu_subnormals, refuse_autograd
 from .kernels.rowwise import KernelPlan, prepare_rowwise, run_rowwise
 from .options import Options
 from ._out import out_resize_warning, resize_out_like_torch
 from .platforms.profiles import Profile, get_profile
-from .platforms.splitk import Problem, SplitDecision, SplitSource, combo_verified, resolve_splitk, split_warnings
+from .platforms.splitk import (
+    Problem,
+    SplitDecision,
+    SplitSource,
+    combo_verified,
+    decide_quietly,
+    resolve_splitk,
+    split_warnings,
+)
 from .model import dot
 from .presets import Accumulator, Architecture, CMode, Preset, instruction_preset
 from .split import AUTO, Scheme, SplitK, SplitKArg, SplitKSpec, parse_splitk
@@ -84,33 +92,53 @@ def _check_fast_accum(use_fast_accum: object, where: str) -> bool:
 _ZOO_WARNED: set[str] = set()
 
 
-def _explicit_split(splitk: SplitKArg | SplitDecision | None, fp8: bool) -> SplitK:
-    """:func:`accumulate`'s ``splitk``: an explicit split or a decision (``"auto"`` decides a whole call).
-
-    [Note: accumulate's split] ``scaled_mm`` decides the split from the whole call (``splitk="auto"``: the
-    reference GPU's cuBLASLt decision depends on the output dtype as well as the shape), which
-    ``accumulate`` does not see. So FP8 operands need ``splitk=`` spelled out: ``1``, ``(S, scheme)``, or the
-    decision ``explain`` made for the ``scaled_mm`` call (``plan.split``); a default of no split would differ
-    silently from ``scaled_mm`` wherever the reference GPU splits. The zoo formats and the fp16 accumulator
-    are one chain, so for them ``None`` means ``1``.
-    """
-    if splitk is None:
-        if not fp8:
-            return SplitK(1, Scheme.NONE)
-        raise TypeError(
-            "accumulate() of FP8 operands needs splitk=: the reference GPU may split K, and scaled_mm decides "
-            "that from the whole call (its output dtype too). Pass splitk=mmaemu.explain(<the scaled_mm "
-            "arguments>).split for the split scaled_mm uses, splitk=1 for no split, or (S, scheme)"
-        )
+def _explicit_split(splitk: SplitKArg | SplitDecision) -> SplitK:
+    """:func:`accumulate`'s ``splitk`` when given: an explicit split or a decision (``"auto"`` decides a whole
+    call, output dtype included)."""
     if isinstance(splitk, SplitDecision):
         return splitk.split
     parsed = parse_splitk(splitk)
     if not isinstance(parsed, SplitK):
         raise ValueError(
-            "accumulate() takes an explicit split (1 or (S, scheme)): splitk='auto' is the reference GPU's "
-            "decision for a whole call (its output dtype too); use scaled_mm or explain for it"
+            "accumulate() takes an explicit split (1 or (S, scheme)) or explain(...).split: splitk='auto' is the "
+            "reference GPU's decision for a whole call (its output dtype too); use scaled_mm or explain for it"
         )
     return parsed
+
+
+def _default_split(a: torch.Tensor, b: torch.Tensor, fast: bool, profile: str | Profile | None) -> SplitK:
+    """:func:`accumulate`'s split for FP8 operands when ``splitk`` is not given.
+
+    [Note: accumulate's default split] ``scaled_mm`` decides the split from the whole call
+    (``splitk="auto"``), and the reference GPU's cuBLASLt decision depends on the output dtype as well as
+    the shape, which ``accumulate`` does not see. So the default is the split ``scaled_mm`` takes for this
+    shape and accumulation mode with every output dtype it can run (those the evidence decides): where
+    they agree, ``epilogue(accumulate(...))`` equals ``scaled_mm`` whatever the output. Where they differ, or
+    no evidence decides any, it computes the unsplit sum and warns (``UnverifiedSplitWarning``), naming what
+    to pass. The decision's own warnings (inferred, unverified) are emitted as ``scaled_mm`` emits them.
+    """
+    prof = get_profile(profile)
+    fmt_a, fmt_b = fp8_format_of(a.dtype), fp8_format_of(b.dtype)
+    m, n, k = a.shape[0], b.shape[0], a.shape[1]
+    decided: dict[OutFormat, tuple[Problem, SplitDecision]] = {}
+    for out in OutFormat:
+        problem = Problem(m, n, k, fmt_a, fmt_b, out, fast)
+        decision = decide_quietly(prof, problem)
+        if decision is not None:
+            decided[out] = (problem, decision)
+    splits = {d.split for _, d in decided.values()}
+    if len(splits) == 1:
+        problem, decision = decided.get(OutFormat.BFLOAT16) or next(iter(decided.values()))
+        split_warnings(prof, problem, decision)
+        return decision.split
+    why = ("no evidence decides it for any output dtype" if not decided else "it depends on the output dtype (" +
+           ", ".join(f"{str(out.dtype).removeprefix('torch.')}: S = {d.parts}" for out, (_, d) in decided.items()) + ")")
+    warn_caller(
+        f"accumulate() without splitk= on profile {prof.name!r}: the reference GPU's split of {m} x {n} x {k} is "
+        f"not known here, because {why}; computed unsplit. Pass splitk=mmaemu.explain(<the scaled_mm "
+        f"arguments>).split for the split scaled_mm uses, or splitk=1 to say the call is not split",
+        UnverifiedSplitWarning)
+    return SplitK(1, Scheme.NONE)
 
 
 def _accumulate_operands(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -171,9 +199,11 @@ def accumulate(
         use_fast_accum: FP8: one tensor-core chain over K (True), or a new chain every 128 elements
             with the chain results added in fp32 (False). No default, on purpose. The zoo formats
             take True only (one chain).
-        splitk: FP8 operands: required, ``1``, an explicit split ``(S, "contiguous" | "serial" |
-            "pairwise")``, or a :class:`~mmaemu.SplitDecision` (``mmaemu.explain(...).split``: the split
-            ``scaled_mm`` uses for that call). The zoo formats and the fp16 accumulator: ``None`` or ``1``.
+        splitk: ``1``, an explicit split ``(S, "contiguous" | "serial" | "pairwise")`` (FP8 only), or a
+            :class:`~mmaemu.SplitDecision` (``mmaemu.explain(...).split``: the split ``scaled_mm`` uses for
+            that call). ``None`` (the default): for FP8 operands with a profile, the split ``scaled_mm``
+            takes for this shape with every output dtype it runs, where those agree, else no split and an
+            ``UnverifiedSplitWarning`` ([Note: accumulate's default split]); otherwise ``1``.
         profile: reference platform whose preset is used (:meth:`~mmaemu.options.Options.parse`); for the
             zoo formats its architecture (``hopper`` or ``ada``) is the default preset.
         preset: the instruction instead of the profile's: for the zoo formats ``"volta"``,
@@ -184,11 +214,12 @@ def accumulate(
 
     Returns:
         ``[M, N]`` of ``accumulator``'s dtype on ``a``'s device. Any M, N, K (K = 0 gives +0). A NaN (code) in
-        row m of ``a`` or row n of ``b`` gives the canonical NaN at (m, n); Inf operands follow IEEE.
+        row m of ``a`` or row n of ``b`` gives the canonical NaN at (m, n); Inf operands follow IEEE, and a NaN
+        they make (in a block, a chain addition or a split combination) is the canonical NaN too (fp32
+        0x7FFFFFFF, whatever the host's own NaN).
 
     Raises:
-        TypeError: ``use_fast_accum`` not a bool, FP8 operands without ``splitk``, ``a`` or ``b`` not a
-            tensor, a platform argument's type.
+        TypeError: ``use_fast_accum`` not a bool, ``a`` or ``b`` not a tensor, a platform argument's type.
         ValueError: operands not 2-D matrices of one accepted format sharing K and a device (a float32
             operand holds tf32 values), ``meta`` tensors, an invalid platform argument (an unknown name
             is an ``UnknownNameError``), or both ``profile`` and ``preset``.
@@ -216,7 +247,12 @@ def accumulate(
     if profile is not None and preset is not None:
         raise ValueError("pass profile= or preset=, not both: preset= names the instruction a profile would choose")
     refuse_autograd(("a", a), ("b", b))
-    split = _explicit_split(splitk, fp8=not zoo and accumulator is torch.float32)
+    if splitk is not None:
+        split = _explicit_split(splitk)
+    elif zoo or accumulator is not torch.float32 or preset is not None:
+        split = SplitK(1, Scheme.NONE)  # one chain of the instruction: no platform decides a split
+    else:
+        split = _default_split(a, b, bool(use_fast_accum), profile)
     if accumulator is not torch.float32:
         return _accumulate_half(a, b, accumulator, preset, profile, fast, split, backend)
     chosen_preset = (_zoo_preset(a, b, preset, profile, fast, split) if zoo
@@ -411,10 +447,14 @@ def scaled_mm(
             row-wise ones (``[M, 1]`` and ``[1, N]``, contiguous, with a bf16 output): experimental, computed as
             torch 2.7.1's CUTLASS kernel for the profile's GPU (:mod:`mmaemu.kernels`), with an
             ``UnrecordedKernelWarning`` on every call; ``explain`` shows the kernel and its order.
-        bias: experimental: N elements of the output's dtype, bf16 or fp16 (torch 2.7.1's rules), added
-            in the epilogue (:mod:`mmaemu.epilogue`, [Note: bias]); warns (``UnverifiedEpilogueWarning``)
-            unless the profile's recording decided the bias order. Not with an FP8 output
-            (``UnsupportedFeatureError``); M, N or K = 0 returns torch's early result, no bias added.
+        bias: experimental: N elements of the output's dtype, bf16 or fp16, of any shape (torch 2.7.1's
+            rules), added in the epilogue (:mod:`mmaemu.epilogue`, [Note: bias]); warns
+            (``UnverifiedEpilogueWarning``) unless the profile's recording decided the bias order. The N
+            elements added are those cuBLASLt reads: densely from the bias's data pointer, whatever its
+            strides (:func:`mmaemu.checks.cublaslt_bias`). Not with an FP8 output, nor one whose N elements
+            would leave its storage or whose data pointer is not 16-byte aligned (``UnsupportedFeatureError``);
+            M, N or K = 0 returns torch's early result, no bias added. With row-wise scales the bias is a
+            bf16 vector (torch's row-wise checks) added by the kernel's fused epilogue.
         scale_result: fp32 scalar multiplying the result before an FP8 output's conversion.
         out_dtype: output dtype; default ``mat1.dtype`` (as torch).
         use_fast_accum: as torch; default False (slow accumulation).
@@ -433,8 +473,10 @@ def scaled_mm(
         ReferenceRejectsError: every call torch 2.7.1 or the reference cuBLASLt rejects, with
             torch's message (a ``RuntimeError``).
         UnsupportedFeatureError: block-wise scales, row-wise scales on a profile without a kernel model
-            or with layouts whose result the kernel leaves undetermined, a bias with an FP8 output,
-            inputs requiring grad in grad mode, an ``out=`` layout torch would not write.
+            or with layouts whose result the kernel leaves undetermined, a bias with an FP8 output, a bias
+            cuBLASLt would read beyond its storage or from a pointer not 16-byte aligned, inputs
+            requiring grad in grad mode (any of them, ``bias`` included), an ``out=`` layout torch would
+            not write.
         SplitKUnknownError, BackendUnavailableError: no evidence decides ``splitk="auto"``; the
             requested backend cannot run on the tensors' device (raised before anything runs).
         ValueError, TypeError, UnknownNameError: invalid platform arguments (as
@@ -464,8 +506,9 @@ def scaled_mm(
     else:
         assert checked.out_format is not None
         acc = _run(mat1, mat2.t(), prof.preset, checked.fast, decision.split, chosen)
+        read_bias = None if bias is None else cublaslt_bias(bias, checked.n)  # what the GPU reads: any shape, strides
         result = scratch_epilogue(acc, scale_a, scale_b, out_dtype=checked.out_format.dtype, scale_result=scale_result,
-                                  bias=bias, bias_order=prof.bias_order or BiasOrder.AFTER_SCALE)
+                                  bias=read_bias, bias_order=prof.bias_order or BiasOrder.AFTER_SCALE)
     if out is not None:
         # only now, with the call decided and the result computed, is out touched (see checks [Note: out])
         resize_out_like_torch(out, checked.m, checked.n, warn=False)

@@ -6,11 +6,12 @@
   call torch 2.7.1 or the reference cuBLASLt rejects;
 - :class:`TypeError` where torch's argument parser raises one;
 - :class:`~mmaemu.errors.UnsupportedFeatureError` for calls the reference GPU runs but mmaemu does
-  not model (block-wise scales, a bias with an FP8 output, inputs
-  requiring grad in grad mode, an ``out=`` layout that torch would silently not write); a bias with
-  a bf16 or fp16 output passes (experimental: :mod:`mmaemu.epilogue`, [Note: bias]); row-wise scales pass
-  torch's row-wise checks (:mod:`mmaemu._rowwise_checks`) and are returned as such (``scaling``): which
-  kernel serves them is the caller's decision (:mod:`mmaemu.kernels`);
+  not model (block-wise scales, a bias with an FP8 output, a bias read past its storage
+  or from a misaligned pointer ([Note: bias memory]), any input requiring grad in grad mode, empty
+  calls included, an ``out=`` layout that torch would silently not write); a bias with a bf16 or fp16
+  output passes (experimental: :mod:`mmaemu.epilogue`, [Note: bias]); row-wise scales pass torch's
+  row-wise checks (:mod:`mmaemu._rowwise_checks`) and are returned as such (``scaling``): which kernel
+  serves them is the caller's decision (:mod:`mmaemu.kernels`);
 - :class:`~mmaemu.errors.MmaemuError` when the CPU flushes subnormals (it would change the arithmetic);
 - :class:`ValueError` for tensors on the ``meta`` device (they hold no values to compute with);
 - :class:`RuntimeError` (not a ``ReferenceRejectsError``) for an ``out`` that shares memory with an
@@ -30,6 +31,23 @@ Blas.cpp) and are checked against the RTX 4060's recorded API grids (``recording
 row-major (contiguous, or padded with ``stride(1) == 1``; other non-dense views are cloned) and mat2
 column-major (``w.t()``, or padded with ``stride(0) == 1``); anything else raises
 ``Only multiplication of row-major and column-major matrices is supported by cuBLASLt``.
+
+[Note: bias memory] torch 2.7.1 hands cuBLASLt the bias as a bare pointer. ``_scaled_mm_out_cuda``
+(``aten/src/ATen/native/cuda/Blas.cpp``) checks only ``bias->numel() == N`` and passes
+``bias ? bias->data_ptr() : nullptr`` with its dtype to ``at::cuda::blas::scaled_gemm``, which sets it
+as ``CUBLASLT_MATMUL_DESC_BIAS_POINTER`` with ``CUBLASLT_EPILOGUE_BIAS`` (``aten/src/ATen/cuda/
+CUDABlas.cpp``): the line reads so in pytorch's Blas.cpp before 2.7 and after it (stored copies), and
+torch 2.7.1's own ``at::native::_scaled_mm_out_cuda`` (``libtorch_cuda.so`` of the 2.7.1 wheel,
+disassembled) calls no ``contiguous`` or ``clone``: the bias reaches ``scaled_gemm`` only as a
+``void const*``. cuBLASLt reads a packed vector of N elements ("Bias vector length must match matrix D
+rows, and it must be packed", ``CUBLASLT_EPILOGUE_BIAS``). So the GPU adds the N elements that lie
+densely from the bias's data pointer, whatever its shape, strides or storage offset: ``base[::2]``
+adds ``base[:N]``, a ``[1, N]`` bias its N values; :func:`cublaslt_bias` reads the same. Refused
+(``UnsupportedFeatureError``, before anything is computed): a bias whose N elements would run past its
+storage (an expanded scalar): the GPU would read memory the tensor does not own, so no result is
+defined; and a bias whose data pointer is not 16-byte aligned: whether cuBLASLt takes such a bias
+pointer, and which algorithm it picks then, is not recorded (16 bytes is what its FP8 operands need,
+[Note: alignment]). Unverified on hardware: no recording holds a biased call's output.
 
 [Note: alignment] cuBLASLt needs 16-byte aligned FP8 operands: a storage offset or a leading
 dimension that is not a multiple of 16 bytes is rejected. Recorded on the RTX 4060: offsets of 1, 2,
@@ -59,6 +77,8 @@ __all__ = [
     "scalar_type_name",
     "OUT_REQUIRES_GRAD_MESSAGE",
     "OUT_INFERENCE_TENSOR_MESSAGE",
+    "cublaslt_bias",
+    "refuse_autograd_inputs",
 ]
 
 _SCALAR_TYPE_NAMES = {
@@ -310,7 +330,8 @@ def check_call(
             ("scale_result", scale_result)]
     check_out_overlap(out, (m, n), read)  # where torch would resize out: before every later refusal
     empty = m == 0 or n == 0 or k == 0
-    if empty:
+    if empty:  # torch returns early; inputs requiring grad are refused all the same (every entry point)
+        refuse_autograd_inputs(mat1, mat2, scale_a, scale_b, bias, scale_result, out)
         if resize_out:
             resize_out_like_torch(out, m, n)
         return _checked(m, n, k, mat1, mat2, result_dtype, use_fast_accum, empty=True)
@@ -325,8 +346,9 @@ def check_call(
             "bias with an FP8 output is not modelled: where cuBLASLt adds the bias relative to scale_result is not "
             "recorded (bf16 and fp16 outputs take a bias, experimentally)"
         )
-    refuse_autograd(("mat1", mat1), ("mat2", mat2), ("scale_a", scale_a), ("scale_b", scale_b),
-                    ("scale_result", scale_result), ("out", out))
+    if bias is not None:
+        _check_bias_memory(bias, n)
+    refuse_autograd_inputs(mat1, mat2, scale_a, scale_b, bias, scale_result, out)
     if mat1.device.type == "cpu":
         check_cpu_subnormals()
     if out is not None and not out_resized and not _out_layout_ok(out):
@@ -337,6 +359,48 @@ def check_call(
     if resize_out:
         resize_out_like_torch(out, m, n)
     return _checked(m, n, k, mat1, mat2, result_dtype, use_fast_accum, empty=False)
+
+
+def refuse_autograd_inputs(mat1: object, mat2: object, scale_a: object, scale_b: object, bias: object,
+                           scale_result: object, out: object = None) -> None:
+    """Refuse, with grad mode on, any argument of a ``_scaled_mm`` call that requires grad (every tensor it
+    takes: the operands, the scales, ``bias``, ``scale_result``, ``out``): mmaemu is inference-only.
+
+    Raises:
+        UnsupportedFeatureError: naming the arguments (:func:`mmaemu._host.refuse_autograd`).
+    """
+    refuse_autograd(("mat1", mat1), ("mat2", mat2), ("scale_a", scale_a), ("scale_b", scale_b), ("bias", bias),
+                    ("scale_result", scale_result), ("out", out))
+
+
+def _check_bias_memory(bias: torch.Tensor, n: int) -> None:
+    """Refuse a bias whose N elements, as cuBLASLt reads them, leave its storage or start misaligned
+    ([Note: bias memory])."""
+    offset_bytes = bias.storage_offset() * bias.element_size()
+    if (bias.storage_offset() + n) * bias.element_size() > bias.untyped_storage().nbytes():
+        raise UnsupportedFeatureError(
+            f"bias of shape {tuple(bias.shape)} and strides {bias.stride()}: torch 2.7.1 hands cuBLASLt the bias's "
+            f"data pointer and cuBLASLt reads {n} elements from the bias's data pointer, which would run beyond the "
+            f"{bias.untyped_storage().nbytes()} bytes of its storage (no result is defined); pass "
+            "bias.contiguous()"
+        )
+    if offset_bytes % ALIGNMENT_BYTES:
+        raise UnsupportedFeatureError(
+            f"bias with a storage offset of {offset_bytes} bytes: its data pointer is not 16-byte aligned, and what "
+            "cuBLASLt does with such a bias pointer is not recorded; pass bias.clone()"
+        )
+
+
+def cublaslt_bias(bias: torch.Tensor, n: int) -> torch.Tensor:
+    """The bias vector cuBLASLt adds in a call torch 2.7.1 accepted: the ``n`` elements that lie densely from
+    ``bias``'s data pointer, as a 1-D view of its storage ([Note: bias memory]). For a contiguous bias of any
+    shape these are its values in order; for a strided one they are not its logical elements.
+
+    Args:
+        bias: a bias :func:`check_call` accepted (its ``n`` elements lie inside its storage).
+        n: N, the output's columns.
+    """
+    return bias.as_strided((n,), (1,), bias.storage_offset())
 
 
 def fp8_pair_refusal(a: torch.dtype, b: torch.dtype) -> str | None:
@@ -386,8 +450,7 @@ def _rowwise(mat1: torch.Tensor, mat2: torch.Tensor, scale_a: torch.Tensor, scal
              result_dtype: torch.dtype, fast: bool, resize_out: bool) -> CheckedCall:
     """The rest of a row-wise call's checks: torch's (:func:`mmaemu._rowwise_checks.check_rowwise`), then mmaemu's."""
     check_rowwise(mat1, mat2, scale_a, scale_b, bias, out, result_dtype)
-    refuse_autograd(("mat1", mat1), ("mat2", mat2), ("scale_a", scale_a), ("scale_b", scale_b),
-                    ("scale_result", scale_result), ("bias", bias), ("out", out))
+    refuse_autograd_inputs(mat1, mat2, scale_a, scale_b, bias, scale_result, out)
     if mat1.device.type == "cpu":
         check_cpu_subnormals()
     m, n = int(mat1.shape[0]), int(mat2.shape[1])

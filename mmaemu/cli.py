@@ -91,7 +91,7 @@ def _explain(args: argparse.Namespace) -> int:
     allocated (:func:`mmaemu._shape_only.shape_only_operands`), so any shape this machine could hold is
     planned, the backend included."""
     mat1, mat2 = shape_only_operands(args.M, args.N, args.K, *args.fmt)
-    scale = torch.ones((), dtype=torch.float32)
+    scale = torch.ones((), dtype=torch.float32, device="cpu")  # the operands are CPU tensors, whatever the default device
     plan = explain(mat1, mat2, scale, scale, out_dtype=dtype_from_name(args.out), use_fast_accum=args.fast,
                    profile=args.profile, splitk=args.splitk, backend="auto")
     print(plan)

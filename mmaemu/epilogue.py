@@ -138,7 +138,8 @@ def _epilogue(acc: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor, *
         raise TypeError(f"acc must be float32 (the fp32 accumulator), got {acc.dtype}")
     if not isinstance(out_dtype, torch.dtype) or out_dtype not in OUT_DTYPES:
         raise ValueError(f"out_dtype={out_dtype!r} is not an output dtype of an FP8 GEMM; accepted: {_ACCEPTED}")
-    refuse_autograd(("acc", acc), ("scale_a", scale_a), ("scale_b", scale_b), ("scale_result", scale_result))
+    refuse_autograd(("acc", acc), ("scale_a", scale_a), ("scale_b", scale_b), ("scale_result", scale_result),
+                    ("bias", bias))
     fmt = out_format_of(out_dtype)
     device = acc.device
     sa = _scalar_fp32(scale_a, "scale_a", device).to(torch.float64)

@@ -22,6 +22,7 @@ __all__ = [
     "UnknownNameError",
     "RecordingDamagedError",
     "RecordUnavailableError",
+    "UntrustedCacheError",
     "MmaemuWarning",
     "BackendFallbackWarning",
     "UnverifiedSplitWarning",
@@ -30,6 +31,7 @@ __all__ = [
     "UnverifiedEpilogueWarning",
     "InferredSplitWarning",
     "UnrecordedKernelWarning",
+    "UntrustedCacheWarning",
 ]
 
 
@@ -81,6 +83,12 @@ class RecordUnavailableError(BackendUnavailableError):
     """The recorder needs a CUDA GPU with cuBLASLt; this machine lacks one (the message says what)."""
 
 
+class UntrustedCacheError(MmaemuError, OSError):
+    """A per-user folder or file mmaemu reads back (its cache folder, numba's machine code, the replay key) could
+    have been written by another user: it or a folder on its way belongs to another user or is writable by
+    others. The message names it, its owner and mode, and how to fix it. Also an :class:`OSError`."""
+
+
 class MmaemuWarning(UserWarning):
     """Base class of every warning mmaemu emits."""
 
@@ -114,6 +122,11 @@ class UnrecordedKernelWarning(MmaemuWarning):
 class InferredSplitWarning(MmaemuWarning):
     """A split-K decision inferred by a rule that every recorded row obeys, not read from a recorded row
     (``source="inference"``, experimental: ``MMAEMU_SPLITK_STRICT=1`` refuses it)."""
+
+
+class UntrustedCacheWarning(MmaemuWarning):
+    """The cpu backend compiles its kernels in memory, in every process, because its numba cache folder could
+    have been written by another user (the message says which folder or file, and how to fix it)."""
 
 
 def warn_caller(message: str, category: type[Warning]) -> None:

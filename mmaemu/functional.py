@@ -5,12 +5,13 @@ scale swizzle (``SwizzleType``). With a tensor-wise recipe on both operands and 
 the same cuBLASLt call as ``torch._scaled_mm`` with one-element scales, and with a row-wise recipe on
 both operands the same call with ``[M, 1]`` and ``[1, N]`` scales (torch 2.7.1's CUTLASS row-wise
 kernel: :mod:`mmaemu.kernels`, experimental, warned), so :func:`scaled_mm_v2` checks the arguments as
-torch 2.13 checks that API (its CUDA path: ``_check_scaled_mm_sizes_v2`` in
-``torch/_meta_registrations.py``, messages and exception types included), then returns
-:func:`mmaemu.scaled_mm`'s bits for the equivalent call (whose torch 2.7.1 checks also apply). Every
-other recipe (the block-wise and MX recipes, NVFP4), a swizzle and a non-default ``contraction_dim``
-raise :class:`~mmaemu.errors.UnsupportedFeatureError` naming it.
-``scaled_mm_v2`` takes no ``scale_result``: the API has none.
+torch 2.13 checks that API, then returns :func:`mmaemu.scaled_mm`'s bits for the equivalent call (whose
+torch 2.7.1 checks also apply). torch's checks come first, "not modelled" after: the operands as
+``_check_scaled_mm_sizes_v2`` (``torch/_meta_registrations.py``) checks them on its CUDA path; the
+recipe pair and scales as the CUDA kernel does (:func:`_check_recipes`). A pair torch accepts but mmaemu
+does not model (the block-wise and MX recipes, NVFP4), a swizzle and a non-default ``contraction_dim``
+raise :class:`~mmaemu.errors.UnsupportedFeatureError` naming it. ``scaled_mm_v2`` takes no
+``scale_result``: the API has none.
 
 Recipes and swizzles are accepted as torch's enums (``torch.nn.functional.ScalingType``) or their
 integer values, singly or as lists, as ``F.scaled_mm`` and the aten op take them.
@@ -25,6 +26,7 @@ import torch
 
 from . import call
 from .backends import Backend
+from .checks import scalar_type_name
 from .errors import ReferenceRejectsError, ReferenceRejectsValueError, UnsupportedFeatureError
 from .platforms.profiles import Profile
 from .split import SplitKSpec
@@ -36,7 +38,7 @@ RECIPES = {0: "TensorWise", 1: "RowWise", 2: "BlockWise1x16", 3: "BlockWise1x32"
            5: "BlockWise128x128"}
 #: torch.nn.functional.SwizzleType's values, by name (torch 2.13).
 SWIZZLES = {0: "NO_SWIZZLE", 1: "SWIZZLE_32_4_4"}
-_TENSOR_WISE, _ROW_WISE, _NO_SWIZZLE = 0, 1, 0
+_TENSOR_WISE, _NO_SWIZZLE = 0, 0
 _FP8_OR_FP4 = tuple(getattr(torch, name) for name in (
     "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float4_e2m1fn_x2") if hasattr(torch, name))
 
@@ -87,19 +89,153 @@ def _check_layout(mat_a: torch.Tensor, mat_b: torch.Tensor) -> None:
         raise ReferenceRejectsError(f"Expected both dimensions of mat2 to be divisible by 16 but got {mat_b.shape}")
 
 
+_ROW_WISE, _BLOCK_1X16, _BLOCK_1X32, _BLOCK_1X128, _BLOCK_128X128 = 1, 2, 3, 4, 5
+_E4M3 = torch.float8_e4m3fn
+_FP4 = getattr(torch, "float4_e2m1fn_x2", None)
+_E8M0 = getattr(torch, "float8_e8m0fnu", None)
+#: c10's ``isFloat8Type``
+_FLOAT8 = tuple(getattr(torch, name) for name in (
+    "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu") if hasattr(torch, name))
+
+#: [Note: torch 2.13's scaled_mm_v2 kernel table]
+#: The CUDA kernel of ``_scaled_mm_v2`` (``_scaled_mm_cuda_v2_out``, ``aten/src/ATen/native/cuda/ScaledBlas.cpp``)
+#: walks ``scale_kernel_dispatch`` in this order and takes the first entry whose acceptance function
+#: (``check_*_recipe``, ``aten/src/ATen/native/ScaledBlasUtils.cpp``) holds; none: ``TORCH_CHECK_VALUE(false,
+#: "Invalid scaling configuration...")``, a ``ValueError``. Each acceptance function looks at the operand
+#: dtypes, the number of scales and recipes (one each, two for NVFP4) and the scales' dtypes only; shapes
+#: are checked afterwards by the chosen implementation. Entries: (name, operand dtypes, recipes of each
+#: operand, scale dtypes of each operand). The CPU kernel of torch 2.13 has the tensor-wise and row-wise
+#: entries, the same checks and the same message for them (tests/integration/test_functional.py compares).
+_KERNEL_TABLE: tuple[tuple[str, tuple[Any, ...], tuple[int, ...], tuple[Any, ...]], ...] = (
+    ("tensorwise_tensorwise", _FLOAT8, (_TENSOR_WISE,), (torch.float32,)),
+    ("rowwise_rowwise", _FLOAT8, (_ROW_WISE,), (torch.float32,)),
+    ("block_1x128_128x128", (_E4M3,), (_BLOCK_1X128, _BLOCK_128X128), (torch.float32,)),
+    ("block_128x128_1x128", (_E4M3,), (_BLOCK_128X128, _BLOCK_1X128), (torch.float32,)),
+    ("block_1x128_1x128", (_E4M3,), (_BLOCK_1X128, _BLOCK_1X128), (torch.float32,)),
+    ("nvfp4_nvfp4", (_FP4,), (_BLOCK_1X16, _TENSOR_WISE), (_E4M3, torch.float32)),
+    ("nvfp4_nvfp4_single_scale", (_FP4,), (_BLOCK_1X16,), (_E4M3,)),
+    ("mxfp8_mxfp8", (_E4M3,), (_BLOCK_1X32,), (_E8M0,)),
+    ("mxfp4_mxfp4", (_FP4,), (_BLOCK_1X32,), (_E8M0,)),
+)
+
+
+def _accepts(entry: tuple[str, tuple[Any, ...], tuple[int, ...], tuple[Any, ...]], mat_a: torch.Tensor,
+             mat_b: torch.Tensor, recipes: tuple[list[int], list[int]],
+             scales: tuple[list[torch.Tensor], list[torch.Tensor]]) -> bool:
+    name, dtypes, pair, scale_dtypes = entry
+    if mat_a.dtype not in dtypes or mat_b.dtype not in dtypes:
+        return False
+    if name.startswith("block_"):  # DeepSeek recipes: one per operand, a different one each
+        wanted = ([pair[0]], [pair[1]])
+        return all(r == w and len(s) == 1 and s[0].dtype == torch.float32
+                   for r, w, s in zip(recipes, wanted, scales))
+    return all(r == list(pair) and len(s) == len(pair) and all(t.dtype == d for t, d in zip(s, scale_dtypes))
+               for r, s in zip(recipes, scales))
+
+
+def _sizes(values: Sequence[int]) -> str:
+    """c10's printing of an ``IntArrayRef``: ``[16, 1]``, ``[]``."""
+    return "[" + ", ".join(str(int(v)) for v in values) + "]"
+
+
+def _c10_name(dtype: torch.dtype) -> str:
+    return "Float4_e2m1fn_x2" if dtype == _FP4 else scalar_type_name(dtype)
+
+
+def _invalid_configuration(mat_a: torch.Tensor, mat_b: torch.Tensor, scale_a: torch.Tensor,
+                           scale_b: torch.Tensor) -> str:
+    """torch 2.13's CUDA message for a recipe pair no kernel takes (``_scaled_mm_cuda_v2_out``)."""
+    (a0, a1), (b0, b1) = mat_a.shape, mat_b.shape
+
+    def cdiv(x: int, y: int) -> int:
+        return -(-x // y)
+
+    def up(x: int, y: int) -> int:
+        return cdiv(x, y) * y
+
+    return (
+        "Invalid scaling configuration.\n"
+        "- For TensorWise scaling, a and b should be float8, scales should be float and singletons.\n"
+        f"- For RowWise scaling, a and b should be float8, scales should be float, scale_a should be ({a0}, 1) and "
+        f"scale_b should be (1, {b1}), and both should be contiguous.\n"
+        f"- For BlockWise 1x128 scaling, a and b should be float8, scales should be float, scale_a should be ({a0}, "
+        f"{cdiv(a1, 128)}) and scale_b should be ({cdiv(b0, 128)}, {b1}), and both should be outer-dim-major.\n"
+        f"- For BlockWise 128x128 scaling, a and b should be float8, scales should be float, scale_a should be "
+        f"({cdiv(a0, 128)}, {cdiv(a1, 128)}) and scale_b should be ({cdiv(b0, 128)}, {cdiv(b1, 128)}), and both "
+        "should be near-inner-dim-major (with 16-byte aligned strides).\n"
+        "- For Blockwise 1x32 scaling, a and b should be float8, scales should be float8_e8m0fnu, scale_a should "
+        f"have {up(a0, 128) * up(cdiv(a1, 32), 4)} elements and scale_b should have "
+        f"{up(b1, 128) * up(cdiv(b0, 32), 4)} elements, and both should be contiguous.\n"
+        "- For Blockwise 1x16 scaling, a and b should be float4 (packed 2x), scales should be float8_e4m3fn, "
+        f"scale_a should have {up(a0, 128) * up(cdiv(a1 * 2, 16), 4)} elements and scale_b should have "
+        f"{up(b1, 128) * up(cdiv(b0 * 2, 16), 4)} elements, and both should be contiguous.\n"
+        f"Got mat_a.dtype()={_c10_name(mat_a.dtype)}, scale_a[0].dtype()={_c10_name(scale_a.dtype)}, "
+        f"scale_a[0].size()={_sizes(scale_a.shape)}, scale_a[0].stride()={_sizes(scale_a.stride())}, "
+        f"mat_b.dtype()={_c10_name(mat_b.dtype)}, scale_b[0].dtype()={_c10_name(scale_b.dtype)}, "
+        f"scale_b[0].size()={_sizes(scale_b.shape)} and scale_b[0].stride()={_sizes(scale_b.stride())}"
+    )
+
+
+def _check_row_wise(mat_a: torch.Tensor, mat_b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor) -> None:
+    """torch 2.13's ``_scaled_rowwise_rowwise`` checks, in its order (``size``/``stride`` of a missing
+    dimension raise torch's own ``IndexError``, as there)."""
+    m, n = mat_a.size(0), mat_b.size(1)
+    if not (scale_a.size(0) == m and scale_a.size(1) == 1):
+        raise ReferenceRejectsValueError(f"scale_a must have shape [{m}, 1], got [{_sizes(scale_a.shape)}]")
+    if scale_a.numel() != m or scale_a.dtype != torch.float32:
+        raise ReferenceRejectsValueError(f"scale_a must have {m} Float elements, got {scale_a.numel()}")
+    if scale_b.numel() != n or scale_b.dtype != torch.float32:
+        raise ReferenceRejectsValueError(f"scale_b must have {n} Float elements, got {scale_b.numel()}")
+    if not (scale_a.stride(1) == 1 or scale_a.size(1) == 1):
+        raise ReferenceRejectsValueError(f"expected scale_a.stride(1) to be 1, but got {scale_a.stride(1)}")
+    if scale_b.stride(1) != 1:
+        raise ReferenceRejectsValueError(f"expected scale_b.stride(1) to be 1, but got {scale_b.stride(1)}")
+
+
+def _check_recipes(mat_a: torch.Tensor, mat_b: torch.Tensor, scales_a: list[torch.Tensor], recipe_a: list[int],
+                  scales_b: list[torch.Tensor], recipe_b: list[int]) -> str:
+    """The kernel torch 2.13 picks for a recipe pair on CUDA, after its checks of the pair and the scales.
+
+    See [Note: torch 2.13's scaled_mm_v2 kernel table]. The tensor-wise and row-wise kernels' own scale
+    checks follow (``_scaled_tensorwise_tensorwise``, ``_scaled_rowwise_rowwise``); the block-wise, MX and
+    NVFP4 kernels' shape checks are not repeated (those recipes are not modelled: a native run makes them).
+    Modifies nothing. NaN, Inf and -0 in the scales are not looked at.
+
+    Returns:
+        The kernel table's name of the implementation (``"tensorwise_tensorwise"``, ...).
+
+    Raises:
+        ReferenceRejectsValueError: what torch raises as a ``ValueError``, with its message.
+        IndexError: torch's own, where its check reads a dimension a scale lacks.
+    """
+    recipes, scales = (recipe_a, recipe_b), (scales_a, scales_b)
+    chosen = next((entry[0] for entry in _KERNEL_TABLE if _accepts(entry, mat_a, mat_b, recipes, scales)), None)
+    if chosen is None:
+        raise ReferenceRejectsValueError(_invalid_configuration(mat_a, mat_b, scales_a[0], scales_b[0]))
+    if chosen == "tensorwise_tensorwise":
+        for name, scale in (("scale_a", scales_a[0]), ("scale_b", scales_b[0])):
+            if scale.numel() != 1 or scale.dtype != torch.float32:
+                raise ReferenceRejectsValueError(f"{name} must have 1 Float element")
+    elif chosen == "rowwise_rowwise":
+        _check_row_wise(mat_a, mat_b, scales_a[0], scales_b[0])
+    return chosen
+
+
 def v1_arguments(mat_a: torch.Tensor, mat_b: torch.Tensor, scale_a: Any, scale_recipe_a: Any, scale_b: Any,
                  scale_recipe_b: Any, swizzle_a: Any = None, swizzle_b: Any = None,
                  contraction_dim: Sequence[int] = ()) -> tuple[torch.Tensor, torch.Tensor]:
     """The one-element scales of the ``torch._scaled_mm`` call a ``_scaled_mm_v2`` call is.
 
-    Checks in torch 2.13's order: the operands (:func:`_check_layout`), then the recipe pair, then
-    the tensor-wise or row-wise scales. Modifies nothing.
+    Checks in torch 2.13's order: the operands (:func:`_check_layout`), then the recipe pair and its
+    scales (:func:`_check_recipes`); then what mmaemu does not model. Modifies nothing. Row-wise scales
+    become ``scale_a`` as given (``[M, 1]``) and ``scale_b`` as ``[1, N]`` (a view of its N elements).
 
     Raises:
         ReferenceRejectsError: what torch 2.13 raises as a ``RuntimeError``, with its message;
             :class:`~mmaemu.errors.ReferenceRejectsValueError` (also a ``ValueError``) for its ``ValueError``s.
-        UnsupportedFeatureError: a recipe other than tensor-wise or row-wise on both operands, a swizzle, or a
-            ``contraction_dim`` other than ``()`` or ``(1, 0)``, naming it.
+        UnsupportedFeatureError: a recipe pair torch accepts other than tensor-wise or row-wise on both operands,
+            a swizzle, or a ``contraction_dim`` other than ``()`` or ``(1, 0)``, naming it.
+        IndexError: torch's own, where its row-wise check reads a dimension a scale lacks.
         TypeError: recipes, swizzles or scales of the wrong type.
     """
     for name, t in (("mat_a", mat_a), ("mat_b", mat_b)):
@@ -109,7 +245,8 @@ def v1_arguments(mat_a: torch.Tensor, mat_b: torch.Tensor, scale_a: Any, scale_r
     swz_a, swz_b = (_codes(s, SWIZZLES, f"swizzle_{x}") for s, x in ((swizzle_a, "a"), (swizzle_b, "b")))
     scales_a, scales_b = _scales(scale_a, "scale_a"), _scales(scale_b, "scale_b")
     _check_layout(mat_a, mat_b)
-    rowwise = recipe_a == recipe_b == [_ROW_WISE]
+    chosen = _check_recipes(mat_a, mat_b, scales_a, recipe_a, scales_b, recipe_b)
+    rowwise = chosen == "rowwise_rowwise"
     if not rowwise and (recipe_a != [_TENSOR_WISE] or recipe_b != [_TENSOR_WISE]):
         raise UnsupportedFeatureError(
             f"scaling recipes {_recipe_name(recipe_a)} (mat_a) and {_recipe_name(recipe_b)} (mat_b) are not modelled: "
@@ -125,30 +262,8 @@ def v1_arguments(mat_a: torch.Tensor, mat_b: torch.Tensor, scale_a: Any, scale_r
         raise UnsupportedFeatureError(f"contraction_dim={list(contraction_dim)} is not modelled: mmaemu serves the "
                                       "default contraction (mat_a's dimension 1 with mat_b's dimension 0)")
     if rowwise:
-        return _rowwise_scales(mat_a, mat_b, scales_a[0], scales_b[0])
-    for name, scales in (("scale_a", scales_a), ("scale_b", scales_b)):
-        if len(scales) != 1 or scales[0].numel() != 1 or scales[0].dtype != torch.float32:
-            raise ReferenceRejectsValueError(f"{name} must have 1 Float element")
+        return scales_a[0], scales_b[0].reshape(1, mat_b.size(1))
     return scales_a[0], scales_b[0]
-
-
-def _rowwise_scales(mat_a: torch.Tensor, mat_b: torch.Tensor, sa: torch.Tensor, sb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """torch 2.13's checks of ``ScalingType.RowWise`` scales (``_check_scaled_mm_sizes_v2``, in its order), then the
-    equivalent ``torch._scaled_mm`` scales: ``scale_a`` as given (``[M, 1]``), ``scale_b`` as ``[1, N]`` (a view)."""
-    m, n = mat_a.size(0), mat_b.size(1)
-    for t in (sa, sb):
-        if t.dim() < 2:  # torch indexes size(1) and stride(1) of both
-            raise IndexError("Dimension out of range (expected to be in range of [-1, 0], but got 1)")
-    if sa.size(0) != m or sa.size(1) != 1:
-        raise ReferenceRejectsValueError(f"scale_a must have shape [{m}, 1], got {list(sa.size())}")
-    if sa.numel() != m or sa.dtype != torch.float32:
-        raise ReferenceRejectsValueError(f"scale_a must have {m} Float elements, got {sa.numel()}")
-    if sb.numel() != n or sb.dtype != torch.float32:
-        raise ReferenceRejectsValueError(f"scale_b must have {n} Float elements, got {sb.numel()}")
-    for name, t in (("scale_a", sa), ("scale_b", sb)):
-        if t.stride(1) != 1:
-            raise ReferenceRejectsValueError(f"expected {name}.stride(1) to be 1, but got {t.stride(1)}")
-    return sa, sb.reshape(1, n)
 
 
 def scaled_mm_v2(

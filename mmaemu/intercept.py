@@ -12,15 +12,22 @@ while the block is active, whoever makes it: ``torch._scaled_mm`` and ``torch.nn
 called from Python, in a function, a module or a library, C++ code that calls the operator, and tensor
 subclasses. A subclass's ``__torch_function__`` (torchao's ``Float8Tensor``) or ``__torch_dispatch__``
 (torchao's training tensor) unwraps its data and calls the operator on plain tensors, which the mode
-then sees: for any operator called with subclass arguments the mode steps aside (``NotImplemented``), so
+then sees: for an FP8 GEMM called with subclass arguments the mode steps aside (``NotImplemented``), so
 the subclass runs and its inner calls reach the mode. Each intercepted call's arguments are bound by the
 operator's schema and served by :func:`mmaemu.scaled_mm` (``_scaled_mm_v2``: by
 :func:`mmaemu.functional.scaled_mm_v2`) with the block's ``profile``, ``splitk`` and ``backend``. Every
-other operator runs unchanged. While a call is served the mode is off (torch pops it), so mmaemu's own
-arithmetic is not intercepted.
+other operator runs unchanged, on any tensors (fake and functional tensors included). While a call is
+served the mode is off (torch pops it), so mmaemu's own arithmetic is not intercepted.
+
+It also sees the third-party FP8 GEMM operators of :data:`FOREIGN_GEMMS` (``mmaemu.intercept.FOREIGN_GEMMS``)
+(torchao's ``ao::blockwise_fp8_gemm``, mslk's and FBGEMM's ``f8f8bf16_*``, vLLM's ``cutlass_scaled_mm``,
+sgl-kernel's ``fp8_scaled_mm``, ...), matched by qualified name when called with an FP8 tensor, whenever
+their library was loaded. None is modelled: each raises :class:`~mmaemu.UnsupportedFeatureError` naming
+the operator and its library, or runs natively under ``fallback="native"``, counted.
 
 Calls mmaemu cannot serve (block-wise scales, ``_scaled_mm_v2`` recipes other than tensor-wise or
-row-wise on both operands, a bias with an FP8 output, inputs requiring grad) raise
+row-wise on both operands, a bias with an FP8 output, inputs requiring grad, the third-party
+operators, an FP8 GEMM on fake, functional or meta tensors or under a tracer: a trace) raise
 :class:`~mmaemu.UnsupportedFeatureError`, or with ``fallback="native"`` run natively and are counted in
 ``log.native``. A bias with a bf16 or fp16 output is served, experimentally, and warns
 (:class:`~mmaemu.UnverifiedEpilogueWarning`); so are row-wise scales (torch 2.7.1's CUTLASS kernel,
@@ -29,10 +36,14 @@ row-wise on both operands, a bias with an FP8 output, inputs requiring grad) rai
 :class:`~mmaemu.SplitKUnknownError` whatever ``fallback`` says: a native result there would not be
 the reference platform's.
 
-Not intercepted: GEMMs that never reach these operators, such as Transformer Engine's (it calls
-cuBLASLt from C++: replace its modules with :class:`mmaemu.nn.EmulatedFP8Linear` instead), and code
-compiled by ``torch.compile`` (its kernels do not go through the Python dispatcher: use
-:class:`~mmaemu.nn.EmulatedFP8Linear` or :func:`mmaemu.ops.scaled_mm` there).
+Nesting: the innermost block decides each call alone. A call it runs natively goes to torch's kernel past
+every outer block (see [Note: the innermost block decides]) and is counted once, in the innermost log.
+
+Not intercepted: GEMMs that never reach the dispatcher as an operator, such as Transformer Engine's (it
+calls cuBLASLt from C++: replace its modules with :class:`mmaemu.nn.EmulatedFP8Linear` instead) or a
+Triton kernel launched from Python without a registered operator, and code compiled by ``torch.compile``
+(its kernels do not go through the Python dispatcher: use :class:`~mmaemu.nn.EmulatedFP8Linear` or
+:func:`mmaemu.ops.scaled_mm` there).
 
 Threads: torch keeps its stack of dispatch modes per thread, so ``emulate()`` affects only the
 thread that entered it; other threads (a data loader, a thread pool started inside the block)
@@ -44,21 +55,25 @@ normal or by an exception, the mode is removed and the operators are native agai
 from __future__ import annotations
 
 import enum
+import threading
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
+import torch._subclasses.fake_tensor as _fake
+import torch._subclasses.functional_tensor as _functional
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from . import call, functional
+from . import _foreign_ops, call, functional
+from ._foreign_ops import FOREIGN_GEMMS, ForeignGemm
 from .backends import Backend
 from .errors import UnsupportedFeatureError
 from .options import Options
 from .platforms.profiles import Profile
 from .split import SplitKSpec
 
-__all__ = ["emulate", "EmulationLog", "Fallback", "Shape"]
+__all__ = ["emulate", "EmulationLog", "Fallback", "Shape", "FOREIGN_GEMMS", "ForeignGemm"]
 
 #: ``(M, N, K)`` of a call.
 Shape = tuple[int, int, int]
@@ -132,12 +147,14 @@ class EmulationLog:
 def _shape(args: dict[str, Any]) -> Shape:
     a, b = args.get("self"), args.get("mat2")
     if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dim() == 2 and b.dim() == 2:
-        return (int(a.shape[0]), int(b.shape[1]), int(a.shape[1]))
+        sizes = (a.shape[0], b.shape[1], a.shape[1])
+        if all(isinstance(s, int) for s in sizes):  # symbolic sizes (tracing) are not read
+            return (int(sizes[0]), int(sizes[1]), int(sizes[2]))
     return (-1, -1, -1)
 
 
 def _bind(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-    """An aten call's arguments by the names of its schema (defaults filled in, ``out`` included)."""
+    """An operator call's arguments by the names of its schema (defaults filled in, ``out`` included)."""
     bound: dict[str, Any] = {}
     for i, arg in enumerate(func._schema.arguments):
         if i < len(args):
@@ -151,6 +168,62 @@ def _bind(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str,
 
 def _is_subclass(types: Any) -> bool:
     return any(t is not torch.Tensor and t is not torch.nn.Parameter for t in types)
+
+
+#: Tensor types that carry no values: a trace (torch.export, make_fx, torch.compile) or FakeTensorMode.
+_VALUELESS_TYPES: tuple[type, ...] = tuple(
+    t for t in (getattr(_fake, "FakeTensor", None), getattr(_functional, "FunctionalTensor", None)) if t is not None)
+
+_TRACING_MESSAGE = (
+    "{op} on fake, functional or meta tensors, or under a tracer (torch.export, make_fx, torch.compile or "
+    "FakeTensorMode inside "
+    "mmaemu.emulate()) is not served: emulate() computes values, and a traced graph would run torch's native "
+    "kernel later. Trace outside emulate() with the GEMMs as torch.ops.mmaemu.scaled_mm (mmaemu.ops.scaled_mm) or "
+    "mmaemu.nn.EmulatedFP8Linear, which trace and run emulated; or pass fallback='native' to trace the native "
+    "operator (counted in log.native)."
+)
+
+
+_MODE_KEYS = getattr(torch._C, "_TorchDispatchModeKey", None)
+
+
+def _traced(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether a call is being traced rather than computed.
+
+    Its tensors are fake, functional or on the meta device, or a proxy mode records it (``make_fx`` with
+    real tensors: torch keeps its tracing modes in slots of their own, run after the user's modes, so the
+    block sees the call before the tracer, on real tensors, and its own arithmetic would be traced).
+    """
+    def check(value: Any) -> bool:
+        if isinstance(value, torch.Tensor):
+            return isinstance(value, _VALUELESS_TYPES) or value.is_meta
+        return isinstance(value, (list, tuple)) and any(check(v) for v in value)
+    if _MODE_KEYS is not None and torch._C._get_dispatch_mode(_MODE_KEYS.PROXY) is not None:
+        return True
+    return any(check(v) for v in args) or any(check(v) for v in kwargs.values())
+
+
+class _NativeRuns(threading.local):
+    """How many natively run calls of an :func:`emulate` block are in progress in this thread.
+
+    [Note: the innermost block decides]
+    torch's dispatch-mode stack is per thread; while a mode handles a call it is popped, and a call it makes
+    reaches the modes below it, outer ``emulate()`` blocks included. A call the innermost block runs natively
+    must reach torch's kernel, not an outer block (which would serve it, refuse it, or count it a second
+    time), while the other modes on the stack (a FakeTensorMode, a user's mode) still see it. So the native run
+    raises this thread-local count, and every block passes FP8 GEMMs through while it is raised.
+    """
+
+    depth = 0
+
+
+_NATIVE_RUNS = _NativeRuns()
+
+
+def _target(func: Any) -> _Kind | ForeignGemm | None:
+    """What the mode does with an operator: serve it (aten), refuse it (a known foreign GEMM), or run it."""
+    kind = _INTERCEPTED.get(func)
+    return kind if kind is not None else _foreign_ops.lookup(func)
 
 
 class _ScaledMmMode(TorchDispatchMode):
@@ -169,37 +242,50 @@ class _ScaledMmMode(TorchDispatchMode):
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
         kwargs = kwargs or {}
+        target = _target(func)
+        if target is None or _NATIVE_RUNS.depth:
+            return func(*args, **kwargs)  # every other operator, and a native run of an inner block
+        if isinstance(target, ForeignGemm) and not _foreign_ops.has_fp8(args, kwargs):
+            return func(*args, **kwargs)  # an INT8 GEMM of an operator that also runs FP8 ones
+        bound = _bind(func, args, kwargs)
+        shape = _foreign_ops.shape(target, bound) if isinstance(target, ForeignGemm) else _shape(bound)
+        if _traced(args, kwargs):
+            return self._native(func, args, kwargs, shape, UnsupportedFeatureError(_TRACING_MESSAGE.format(op=func)))
         if _is_subclass(types):
             return NotImplemented  # the subclass runs; the plain-tensor calls it makes come back here
-        kind = _INTERCEPTED.get(func)
-        if kind is None:
-            return func(*args, **kwargs)
-        bound = _bind(func, args, kwargs)
-        shape = _shape(bound)
-        owner = self.owner
-        options: dict[str, Any] = {"profile": owner.profile, "splitk": owner.splitk, "backend": owner.backend,
-                                   "out": bound.get("out")}
+        if isinstance(target, ForeignGemm):
+            return self._native(func, args, kwargs, shape, UnsupportedFeatureError(target.refusal()))
         try:
-            if kind is _Kind.SCALED_MM:
-                result = call.scaled_mm(bound["self"], bound["mat2"], bound["scale_a"], bound["scale_b"],
-                                        bound.get("bias"), bound.get("scale_result"), bound.get("out_dtype"),
-                                        bool(bound.get("use_fast_accum", False)), **options)
-            else:
-                result = functional.scaled_mm_v2(
-                    bound["self"], bound["mat2"], bound["scale_a"], bound["recipe_a"], bound["scale_b"],
-                    bound["recipe_b"], bound.get("swizzle_a"), bound.get("swizzle_b"), bound.get("bias"),
-                    bound.get("out_dtype"), bound.get("contraction_dim", ()), bool(bound.get("use_fast_accum", False)),
-                    **options)
+            result = self._serve(target, bound)
         except UnsupportedFeatureError as exc:
             return self._native(func, args, kwargs, shape, exc)
         self.log.served[shape] += 1
         return result
 
+    def _serve(self, kind: _Kind, bound: dict[str, Any]) -> Any:
+        owner = self.owner
+        options: dict[str, Any] = {"profile": owner.profile, "splitk": owner.splitk, "backend": owner.backend,
+                                   "out": bound.get("out")}
+        if kind is _Kind.SCALED_MM:
+            return call.scaled_mm(bound["self"], bound["mat2"], bound["scale_a"], bound["scale_b"],
+                                  bound.get("bias"), bound.get("scale_result"), bound.get("out_dtype"),
+                                  bool(bound.get("use_fast_accum", False)), **options)
+        return functional.scaled_mm_v2(
+            bound["self"], bound["mat2"], bound["scale_a"], bound["recipe_a"], bound["scale_b"],
+            bound["recipe_b"], bound.get("swizzle_a"), bound.get("swizzle_b"), bound.get("bias"),
+            bound.get("out_dtype"), bound.get("contraction_dim", ()), bool(bound.get("use_fast_accum", False)),
+            **options)
+
     def _native(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], shape: Shape,
                 exc: UnsupportedFeatureError) -> Any:
+        """Raise ``exc``, or under ``fallback="native"`` run torch's operator (past outer blocks) and count it."""
         if self.owner.fallback is not Fallback.NATIVE:
             raise exc
-        result = func(*args, **kwargs)
+        _NATIVE_RUNS.depth += 1
+        try:
+            result = func(*args, **kwargs)
+        finally:
+            _NATIVE_RUNS.depth -= 1
         self.log.native[shape] += 1
         self.log.reasons[str(exc)] += 1
         return result
@@ -210,7 +296,9 @@ class emulate:  # noqa: N801 - used like a function: ``with mmaemu.emulate(...) 
 
     ``torch._scaled_mm``, ``torch.nn.functional.scaled_mm`` (tensor-wise and row-wise scales) and the aten
     operators behind them, from any caller, tensor subclasses such as torchao's included
-    (:mod:`mmaemu.intercept`).
+    (:mod:`mmaemu.intercept`). Known third-party FP8 GEMM operators (torchao, mslk, FBGEMM, vLLM,
+    sgl-kernel) are not modelled: they raise, or run natively and are counted. Blocks nest: the
+    innermost one decides each call, and counts it once.
 
     Args:
         profile: reference platform (default: ``MMAEMU_PROFILE`` or ``"hopper"``), resolved when

@@ -31,7 +31,7 @@ import torch
 from . import call
 from .backends import Backend, parse_backend
 from .errors import ReferenceRejectsError
-from ._host import refuse_autograd
+from .checks import refuse_autograd_inputs
 from .platforms.profiles import Profile, registered_name
 from .split import SplitKSpec, splitk_from_text, splitk_text
 
@@ -146,8 +146,7 @@ def scaled_mm(
         'mmaemu::scaled_mm'
     """
     chosen = _check_arguments(use_fast_accum, backend)
-    refuse_autograd(("mat1", mat1), ("mat2", mat2), ("scale_a", scale_a), ("scale_b", scale_b),
-                    ("scale_result", scale_result))
+    refuse_autograd_inputs(mat1, mat2, scale_a, scale_b, bias, scale_result)
     result: torch.Tensor = _OP(
         mat1, mat2, scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum,
         "" if profile is None else registered_name(profile), splitk_text(splitk), chosen.value,

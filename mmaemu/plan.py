@@ -110,7 +110,8 @@ class CallPlan:
         if self.split is not None:
             d = self.split
             lines.append(f"  split-K:    S = {d.parts}, {d.scheme.value}, from {d.source.value} "
-                         f"({'verified' if d.verified else 'not verified'}): {d.note}")
+                         f"({'verified' if d.verified else 'not verified'}{', extrapolated' if d.extrapolated else ''}): "
+                         f"{d.note}")
         if self.split_steps:
             lines.append("  split-K:    undecided; each source of splitk=\"auto\", in order:")
             width = max(len(step.source.value) for step in self.split_steps) + 1
@@ -307,6 +308,9 @@ def _validated(validation: str | tuple[str, str], prof: Profile | None, decision
         return False, f"profile {prof.name!r} is experimental"
     if prof.preset.maturity is not Maturity.VALIDATED:
         return False, f"preset {prof.preset.name!r} is experimental"
+    if decision is not None and decision.extrapolated:
+        return False, (f"the split-K decision (S = {decision.parts}, from {decision.source.value}) is extrapolated "
+                       "beyond the shapes its envelope was fitted and tested on")
     if decision is not None and not decision.verified:
         return False, f"the split-K decision (S = {decision.parts}, from {decision.source.value}) is not verified"
     for cls, message in caught:

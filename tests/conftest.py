@@ -56,6 +56,7 @@ def pytest_configure(config: pytest.Config) -> None:
         FULL = True
     for tier in TIERS:
         config.addinivalue_line("markers", f"{tier}: the {tier} tier of the tests (the folder tests/{tier})")
+    config.addinivalue_line("markers", "upg: a test of the user-private-group rule (mmaemu._private)")
 
 
 def require(path: Path) -> Path:

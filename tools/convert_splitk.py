@@ -11,8 +11,12 @@ For each table ``heur_<gpu>_lt<version>`` it writes:
   ``setting_start`` (int64 [257]: the rows of setting s are ``setting_start[s]:setting_start[s + 1]``),
   ``S`` and ``custom`` and ``reduction`` (uint8). A setting packs (fa, fb, out, fast, ws) into one byte.
 - ``<table_id>.json``: provenance (source file and sha256, recording device and versions), the settings'
-  split statistics, the envelope (H100: bounds per setting and K grid; RTX 4060: twice the setting's
-  largest split M*N), the rejected combinations, and the split combinations replayed on hardware.
+  split statistics, the envelope (H100: bounds per setting and K grid, and the M and N its sweep reached;
+  RTX 4060: twice the setting's largest split M*N), the rejected combinations, and the split combinations
+  replayed on hardware.
+
+The shipped files' sha256 are pinned in ``mmaemu.platforms.table.SHIPPED_TABLES``: after a conversion that
+changes them, update the pins there (this tool prints them).
 
 Only numbers and provenance are carried over, not the prose of the recordings' metadata.
 """
@@ -22,6 +26,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -46,11 +51,27 @@ from evidence import evidence_root  # noqa: E402
 DEFAULT_SRC = evidence_root() / "recordings" / "splitk"
 DEFAULT_OUT = ROOT / "mmaemu" / "data" / "splitk"
 FORMAT = TABLE_FORMAT
-__all__ = ["setting_code", "pack_key", "convert_table", "convert", "serialise", "main"]
+__all__ = ["setting_code", "pack_key", "tested_ranges", "convert_table", "convert", "serialise", "main"]
 
 
 def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+# The recording's envelope states the shapes its sweep tested as prose (assumption 4: "the shapes tested:
+# M 1..16,384, N 16..2^20 (p1), ...; a larger M or N is extrapolated in M*N"; seeds 004). Read the numbers
+# from it, and fail rather than guess when the text says something else.
+_TESTED = re.compile(r"shapes tested: M ([\d,]+)\.\.([\d,]+), N ([\d,]+)\.\.2\^(\d+)")
+
+
+def tested_ranges(assumptions: list[str]) -> dict[str, list[int]]:
+    """``M_range`` and ``N_range`` of the shapes an envelope's sweep tested, from its stated assumptions."""
+    found = [m for m in map(_TESTED.search, assumptions) if m is not None]
+    if len(found) != 1:
+        raise ValueError("the recording's envelope does not state the M and N its sweep tested once "
+                         "('shapes tested: M a..b, N c..2^d')")
+    m_lo, m_hi, n_lo, n_exp = (int(g.replace(",", "")) for g in found[0].groups())
+    return {"M_range": [m_lo, m_hi], "N_range": [n_lo, 1 << n_exp]}
 
 
 def convert_table(npz_path: Path, json_path: Path, combos_path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
@@ -105,6 +126,7 @@ def convert_table(npz_path: Path, json_path: Path, combos_path: Path) -> tuple[d
             "K_grid": [int(k) for k in env["K_grid"]],
             "K_min": int(env["K_min"]),
             "K_max": int(env["K_max"]),
+            **tested_ranges(env["assumptions"]),
             "bounds": [
                 {"ws": b["ws"], "out": b["out"], "fast": b["fast"], "fmt_a": b["fmt_a"], "fmt_b": b["fmt_b"], "B": [int(x) for x in b["B"]]}
                 for b in env["bounds"]
@@ -164,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
         npz_path.write_bytes(npz_bytes)
         json_path.write_bytes(json_bytes)
         print(f"{table_id}: {info['rows']:,} rows ({info['split_rows']:,} split) -> {npz_path} ({len(npz_bytes):,} bytes)")
+        print(f"  sha256 (mmaemu.platforms.table.SHIPPED_TABLES): npz {hashlib.sha256(npz_bytes).hexdigest()}, "
+              f"json {hashlib.sha256(json_bytes).hexdigest()}")
     if stale:
         print(f"shipped split-K data differ from the recordings: {stale}", file=sys.stderr)
         return 1

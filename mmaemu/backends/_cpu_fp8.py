@@ -139,7 +139,7 @@ try:  # pragma: no cover - exercised where numba is installed (a dependency)
 
     from . import _numba_cache
 
-    _numba_cache.install()  # before the decorators below: compiled code in the per-user cache
+    _DISK_CACHE = _numba_cache.disk_cache(__file__)  # the checked per-user cache, never the package; or in memory
     _HAVE_NUMBA = True
 except Exception:  # noqa: BLE001
     _HAVE_NUMBA = False
@@ -188,7 +188,7 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled
         ``2 * PANEL`` for a < 0: b > 0)."""
         return np.int32(((low & 0xFF) * PANEL) | ((PANEL + PANEL * np.int32(negative)) << 16))
 
-    @njit(cache=True)
+    @njit(cache=_DISK_CACHE)
     def _fill_tables(man_bits: int, bias: int, has_inf: bool, out: np.ndarray) -> None:
         """Per code: value bits, exponent, lowest bit where negative, where positive, is Inf, row word,
         the exponent's broadcast vector."""
@@ -205,7 +205,7 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled
             out[5, code] = row_word(low if live else NEVER_ROW, negative)
             out[6, code] = (np.int32(exponent) & 0xFF) * PANEL
 
-    @njit(parallel=True, cache=True)
+    @njit(parallel=True, cache=_DISK_CACHE)
     def decode_b_panels(codes: np.ndarray, kseq: np.ndarray, tables: np.ndarray,
                         out_v: np.ndarray, out_e: np.ndarray, inf_tiles: np.ndarray) -> None:
         """B's codes ``[N, K]`` into panels: ``out_v [panel, i, 64]`` fp32 values, ``out_e [panel, i, 3, 64]`` int8, k = ``kseq[i]``.
@@ -323,7 +323,7 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled
         n = v.count_where_below8(n, t, eb, kl + np.int64(w >> 16), v.load8(bc, PANEL))  # bc's vector of 1
         return n, x0, x1, x2, x3
 
-    @njit(parallel=True, cache=True)
+    @njit(parallel=True, cache=_DISK_CACHE)
     def kernel(ca: np.ndarray, tables: np.ndarray, bc: np.ndarray, bv: np.ndarray, ebp: np.ndarray,
                blk_start: np.ndarray, blk_stop: np.ndarray, chain_blk: np.ndarray, chain_part: np.ndarray,
                n_parts: int, order: np.ndarray, role: np.ndarray, frac: int, m_tile: int, out: np.ndarray,

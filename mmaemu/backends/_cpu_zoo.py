@@ -39,7 +39,7 @@ try:  # pragma: no cover - exercised where numba is installed (a dependency)
 
     from . import _numba_cache
 
-    _numba_cache.install()  # compiled code in the per-user cache, never in the package
+    _DISK_CACHE = _numba_cache.disk_cache(__file__)  # the checked per-user cache, never the package; or in memory
 except Exception:  # noqa: BLE001
     numba = None  # type: ignore[assignment]
 
@@ -78,7 +78,7 @@ if numba is not None:
                 r = np.trunc(r * 2.0**149) * 2.0**-149  # fp32's subnormal grid
             c[i, j] = np.float64(np.float32(r)) + 0.0  # exact below 2**128; +0 for zero
 
-    @njit(parallel=True, cache=True)
+    @njit(parallel=True, cache=_DISK_CACHE)
     def _kernel_wide(  # pragma: no cover - compiled
         va: np.ndarray, ea: np.ndarray, vb_t: np.ndarray, eb_t: np.ndarray, plan: Any, frac: int,
         tile: tuple[int, int], out: np.ndarray,
@@ -109,7 +109,7 @@ _FAST_EMIN, _FAST_EMAX = -50, 60
 
 if numba is not None:
 
-    @njit(parallel=True, cache=True)
+    @njit(parallel=True, cache=_DISK_CACHE)
     def _decode_zoo(  # pragma: no cover - compiled
         bits: np.ndarray, shift: int, is_fp16: bool, e_lo: int, e_hi: int, e_bias: int, e_zero: int,
         out_v: np.ndarray, out_e: np.ndarray, inf_rows: np.ndarray, wide_rows: np.ndarray, wide_cols: np.ndarray,
@@ -174,7 +174,7 @@ if numba is not None:
             r = np.trunc((acc[j] * unit[j]) * 2.0**149) * 2.0**-149
             c[i, j] = np.float32(r) + np.float32(0.0)
 
-    @njit(parallel=True, cache=True)
+    @njit(parallel=True, cache=_DISK_CACHE)
     def _kernel_zoo(  # pragma: no cover - compiled
         va: np.ndarray, ea: np.ndarray, vb_t: np.ndarray, eb_t: np.ndarray, plan: Any, frac: int,
         tile: tuple[int, int], out: np.ndarray,

@@ -94,7 +94,7 @@ try:  # pragma: no cover - exercised where numba is installed (a dependency)
 
     from . import _numba_cache
 
-    _numba_cache.install()  # before the decorators below: compiled code in the per-user cache
+    _DISK_CACHE = _numba_cache.disk_cache(__file__)  # the checked per-user cache, never the package; or in memory
     _HAVE_NUMBA = True
 except Exception:  # noqa: BLE001
     _HAVE_NUMBA = False
@@ -105,7 +105,7 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled
 
     v: Any = _cpu_simd
 
-    @njit(parallel=True, cache=True)
+    @njit(parallel=True, cache=_DISK_CACHE)
     def panel_layout(values: np.ndarray, exponents: np.ndarray, kseq: np.ndarray, out_v: np.ndarray,
                      out_e: np.ndarray) -> None:
         """B's decoded rows ``[N, K]`` into panels ``out_v [panel, i, 64]`` (fp32) and ``out_e [panel, i, 64]``
@@ -226,7 +226,7 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled
         r13 = v.zoo_result(x13, eb13, frac)
         _store_rows(c, o0, o1, r00, r01, r02, r03, r10, r11, r12, r13)
 
-    @njit(parallel=True, cache=True)
+    @njit(parallel=True, cache=_DISK_CACHE)
     def kernel(va: np.ndarray, ea: np.ndarray, bc: np.ndarray, bv: np.ndarray, eb: np.ndarray, blk_start: np.ndarray,
                blk_stop: np.ndarray, chain_blk: np.ndarray, chain_part: np.ndarray, n_parts: int, order: np.ndarray,
                role: np.ndarray, frac: int, m_tile: int, check_wrap: bool, out: np.ndarray) -> None:

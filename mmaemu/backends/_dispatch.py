@@ -9,7 +9,20 @@ backend return the model's bits:
    ``b`` holds one are recomputed by the reference backend, which implements the IEEE rules of
    :func:`mmaemu.model.block_fma` (Inf results, Inf - Inf and 0 x Inf giving NaN);
 3. the NaN rule (:func:`run`): a NaN code anywhere in row m of ``a`` or row n of ``b`` makes output
-   (m, n) fp32's canonical NaN, whatever the backend computed there.
+   (m, n) fp32's canonical NaN, whatever the backend computed there; and every NaN the accumulators
+   hold is written as that canonical NaN ([Note: one NaN in the accumulator]).
+
+[Note: one NaN in the accumulator] An NVIDIA GPU writes every single-precision NaN as 0x7FFFFFFF
+(CUDA C++ Programming Guide, "Floating-Point Standard": "the result of a single-precision
+floating-point operation involving one or more input NaNs is the quiet NaN of bit pattern
+0x7fffffff"; a NaN made by Inf - Inf or 0 x Inf has the same bits there). The model's block writes
+it (:func:`mmaemu.model.block_fma`), but the fp32 additions after the blocks (slow accumulation's
+chain results, the split parts in every combination order) run on the host when emulated, and an
+x86 CPU writes 0xFFC00000 for Inf - Inf (another host may write yet another NaN). The rule is applied
+here, once, to the finished accumulators, and not at each addition: a NaN is absorbing (every fp32
+addition or block with a NaN input gives NaN), so an accumulator is NaN exactly when one of its
+steps made a NaN, and its bits on the GPU are then 0x7FFFFFFF whatever step made it. Here every
+backend's result passes, those that delegate or recompute included, so no kernel needs the rule.
 
 Which backend a call uses, and whether it may (self-test, availability), is :mod:`mmaemu.backends`'s,
 which also takes backend names (:func:`mmaemu.backends.accumulators`, :func:`mmaemu.backends.run`);
@@ -61,13 +74,13 @@ def run(executor: Executor, a: torch.Tensor, b: torch.Tensor, preset: Preset, pl
     """:func:`accumulators`, then the NaN rule: the accumulators a call's epilogue takes.
 
     Returns:
-        fp32 ``[M, N]`` on ``a``'s device: the canonical NaN at (m, n) where row m of ``a`` or row n of
-        ``b`` holds a NaN code; Inf operands follow IEEE; exact zeros are +0.
+        fp32 ``[M, N]`` on ``a``'s device: the canonical NaN 0x7FFFFFFF at (m, n) where row m of ``a`` or
+        row n of ``b`` holds a NaN code, and wherever the accumulation made a NaN (Inf - Inf in a block,
+        a chain addition or a split combination; 0 x Inf); Inf operands follow IEEE; exact zeros are +0.
     """
     with cpu_default_device():  # the backends' plan tensors are CPU tensors whatever the default device
         acc = accumulators(executor, a, b, preset, plan)
-    rows_nan = nan_rows(a)
-    cols_nan = nan_rows(b)
-    if bool(rows_nan.any() or cols_nan.any()):
-        acc = torch.where(rows_nan[:, None] | cols_nan[None, :], OutFormat.FLOAT32.nan_tensor(acc.device), acc)
+    nan = torch.isnan(acc) | nan_rows(a)[:, None] | nan_rows(b)[None, :]
+    if bool(nan.any()):  # one NaN, the GPU's ([Note: one NaN in the accumulator])
+        acc = torch.where(nan, OutFormat.FLOAT32.nan_tensor(acc.device), acc)
     return acc

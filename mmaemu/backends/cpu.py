@@ -41,7 +41,8 @@ zero here and the dispatcher applies the NaN rule. A block result of 2**128 or m
 :func:`mmaemu.model.block_fma` needs no code here.
 
 [Note: why numba] A C++ extension would need a compiler at install time; numba compiles at first
-use, caches the machine code on disk (``cache=True``), and is a plain PyPI dependency.
+use, caches the machine code on disk (in a folder only this user can write:
+:mod:`mmaemu.backends._numba_cache`), and is a plain PyPI dependency.
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ try:  # pragma: no cover - exercised where numba is installed (a dependency)
 
     from . import _numba_cache
 
-    _numba_cache.install()  # compiled code in the per-user cache, never in the package
+    _DISK_CACHE = _numba_cache.disk_cache(__file__)  # the checked per-user cache, never the package; or in memory
 
     _NUMBA_ERROR: str | None = None
 except Exception as exc:  # noqa: BLE001
@@ -129,7 +130,7 @@ if numba is not None:
     from ._cpu_fp8 import decode_code
     from ._cpu_steps import add_terms, block_max, grid_exponent, tile_grid, tile_of, truncate, walk_tile
 
-    @njit(parallel=True, cache=True)
+    @njit(parallel=True, cache=_DISK_CACHE)
     def _decode_rows(  # pragma: no cover - compiled
         codes: np.ndarray, man_bits: int, bias: int, has_inf: bool,
         out_v: np.ndarray, out_e: np.ndarray, inf_rows: np.ndarray,
@@ -158,7 +159,7 @@ if numba is not None:
             if n_inf:
                 inf_rows[r] = True
 
-    @njit(parallel=True, cache=True)
+    @njit(parallel=True, cache=_DISK_CACHE)
     def _transpose_codes(src: np.ndarray, dst: np.ndarray) -> None:  # pragma: no cover - compiled
         """``dst[k, n] = src[n, k]`` for uint8 codes, in 64 x 64 tiles that stay in L1 (parallel)."""
         n_rows, k_cols = src.shape
@@ -196,7 +197,7 @@ if numba is not None:
             acc_bits[j] = acc_bits[j] & keep_mask
             c[i, j] = acc[j] * unit[j] + np.float32(0.0)
 
-    @njit(parallel=True, cache=True)
+    @njit(parallel=True, cache=_DISK_CACHE)
     def _kernel(  # pragma: no cover - compiled
         va: np.ndarray, ea: np.ndarray, vb_t: np.ndarray, eb_t: np.ndarray, plan: Any, frac: int,
         tile: tuple[int, int], out: np.ndarray,

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._enums import TextEnum
-from .table import FP8_FORMATS, WS_BYTES, Setting, SplitTable, unpack_key
+from .table import FP8_FORMATS, H100_TABLE, RTX4060_TABLE, WS_BYTES, Setting, SplitTable, unpack_key
 
 __all__ = [
     "CANDIDATES",
@@ -45,8 +45,6 @@ __all__ = [
     "infer",
 ]
 
-H100_TABLE = "heur_h100pcie_lt12.8.3.14"
-RTX4060_TABLE = "heur_rtx4060_lt12.8.3.14"
 _MIB = 1 << 20
 
 

@@ -19,7 +19,8 @@ from ..epilogue import BiasOrder
 from ..errors import ExperimentalPresetWarning, UnknownNameError, warn_caller
 from ..presets import ADA, B200_MMA_SYNC, HOPPER, Maturity, Preset
 from ..split import Scheme
-from .table import USER_TABLES, WS_BYTES, SplitTable, register_table
+from .table import (H100_TABLE, RTX4060_TABLE, USER_TABLES, WS_BYTES, SplitTable, check_user_table, register_table,
+                    table_known)
 
 __all__ = [
     "MIB",
@@ -139,7 +140,7 @@ def _profile(name: str, preset: Preset, gpu_key: str, caller: Caller, workspace:
         caller=caller,
         workspace_bytes=workspace,
         maturity=maturity,
-        table_id=("heur_h100pcie_lt12.8.3.14" if h100 else "heur_rtx4060_lt12.8.3.14") if table else None,
+        table_id=(H100_TABLE if h100 else RTX4060_TABLE) if table else None,
         source=(
             "specified: H100 PCIe probe (1,423 live calls) and split-K sweep (2,744 live jobs); recordings/splitk"
             if h100
@@ -205,15 +206,33 @@ def registered_name(profile: str | Profile) -> str:
 def register_profile(profile: Profile, *, table: SplitTable | None = None, replace: bool = False) -> Profile:
     """Register a user profile (and its table) so that ``profile="<name>"`` and ``MMAEMU_PROFILE`` find it.
 
+    A user profile may use a shipped table (its ``table_id`` names it, no ``table`` passed), but never
+    replace one: ``table`` is registered as :func:`~mmaemu.platforms.table.register_table` does, which
+    refuses a shipped table's id. Nothing is registered when it raises.
+
     Raises:
-        ValueError: the name is a shipped profile's, or already registered and ``replace`` is false.
+        TypeError: ``profile`` is not a :class:`Profile`, or ``table`` not a
+            :class:`~mmaemu.platforms.table.SplitTable`.
+        ValueError: the name is a shipped profile's, or already registered and ``replace`` is false;
+            ``table`` is not the one the profile names (its ``table_id``), or has a shipped table's id
+            (:func:`~mmaemu.platforms.table.check_user_table`); or, without ``table``, the profile's
+            ``table_id`` names no shipped or registered table.
     """
+    if not isinstance(profile, Profile):
+        raise TypeError(f"profile must be a Profile, not {type(profile).__name__}")
     if profile.name in PROFILES:
-        raise ValueError(f"profile {profile.name!r} is a shipped profile's name")
+        raise ValueError(f"profile {profile.name!r} is a shipped profile's name; give your profile another name")
     if profile.name in USER_PROFILES and not replace:
         raise ValueError(f"profile {profile.name!r} is already registered (pass replace=True)")
     if table is not None:
+        check_user_table(table, replace=replace)
+        if table.table_id != profile.table_id:
+            raise ValueError(f"profile {profile.name!r} names split-K table {profile.table_id!r}, not the table "
+                             f"{table.table_id!r} passed with it; pass its own table, or set its table_id")
         register_table(table, replace=replace)
+    elif profile.table_id is not None and not table_known(profile.table_id):
+        raise ValueError(f"profile {profile.name!r} names split-K table {profile.table_id!r}, which is neither shipped "
+                         "nor registered; pass it as register_profile(profile, table=...)")
     USER_PROFILES[profile.name] = profile
     return profile
 

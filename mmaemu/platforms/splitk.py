@@ -11,7 +11,8 @@
 4. ``envelope``: above a bound on M*N, S = 1 (H100: a bound per setting and K, fitted and tested on a
    sealed held-out set; RTX 4060: twice the setting's largest split M*N).
    An envelope decision reads the table's ``info["envelope"]`` (:mod:`mmaemu.recording._envelope`
-   fits it);
+   fits it). A fitted envelope records the M and N its sweep reached (``M_range``, ``N_range``); beyond
+   them its decision is ``extrapolated`` and not verified (``[Note: extrapolated envelope decisions]``);
 5. ``inference``: a rule of :mod:`mmaemu.platforms.inference` that every row of the table obeys, within
    the domain its evidence covers (experimental: ``verified=False`` and
    :class:`~mmaemu.errors.InferredSplitWarning`).
@@ -50,6 +51,7 @@ __all__ = [
     "SplitSource",
     "SplitDecision",
     "resolve_splitk",
+    "decide_quietly",
     "split_warnings",
     "combo_verified",
     "scheme_for",
@@ -101,6 +103,8 @@ class SplitDecision:
         verified: whether hardware evidence backs this decision and its arithmetic.
         table_id: the recorded table consulted, if any.
         note: which row, bound or argument decided.
+        extrapolated: an envelope decision for a shape beyond the M and N its sweep reached (then
+            ``verified`` is False and the note says which dimension); False for every other decision.
     """
 
     parts: int
@@ -109,10 +113,12 @@ class SplitDecision:
     verified: bool
     table_id: str | None
     note: str
+    extrapolated: bool = False
 
     def __repr__(self) -> str:
         return (f"SplitDecision(S={self.parts}, scheme={self.scheme.value!r}, source={self.source.value!r}, "
-                f"verified={self.verified}, table_id={self.table_id!r}, note={self.note!r})")
+                f"verified={self.verified}, table_id={self.table_id!r}, note={self.note!r}, "
+                f"extrapolated={self.extrapolated})")
 
     @property
     def S(self) -> int:  # noqa: N802 - the seeds' name for the number of parts
@@ -190,9 +196,31 @@ def split_warnings(profile: Profile, problem: Problem, decision: SplitDecision) 
             f"{profile.name}: S = {decision.parts} is inferred, not recorded: {decision.note}; experimental (no recorded "
             "row or live query decides this shape; MMAEMU_SPLITK_STRICT=1 refuses it)", InferredSplitWarning)
     if decision.source is SplitSource.ENVELOPE and not decision.verified:
-        warn_caller(
-            f"{profile.name}: {decision.note}; this envelope failed or lacks a held-out test",
-            UnvalidatedEnvelopeWarning)
+        why = ("S = 1 is extrapolated: the sweep the envelope was fitted and tested on did not reach this shape"
+               if decision.extrapolated else "this envelope failed or lacks a held-out test")
+        warn_caller(f"{profile.name}: {decision.note}; {why}", UnvalidatedEnvelopeWarning)
+
+
+# [Note: extrapolated envelope decisions]
+# The H100 envelope was fitted on the split-K sweep, whose grid reached M from 1 to 16,384 and N from 16
+# to 2^20; its report lists larger M or N as extrapolated in M*N and untested (seeds 004, "What this does
+# not show"; seeds 000: "were not tested"; the recording's envelope assumption 4, carried into the
+# table's ``info["envelope"]`` as ``M_range`` and ``N_range`` by tools/convert_splitk.py). There the
+# decision keeps S = 1 (the bits do not change) but is ``extrapolated`` and ``verified=False`` with an
+# UnvalidatedEnvelopeWarning: no hardware query backs it, as none backs an inference rule, whose domain
+# stops at the same M and N (mmaemu/platforms/inference.py). A fitted envelope that records no range is
+# treated as extrapolated everywhere. The RTX 4060 envelope (twice the largest split M*N, a K-free rule of
+# another kind) records no range and is not marked.
+
+
+def _extrapolation(env: dict[str, Any], problem: Problem) -> str:
+    """Why a shape lies beyond the M and N a fitted envelope's sweep reached, or "" inside them."""
+    if "M_range" not in env or "N_range" not in env:
+        return "the envelope records no range of M and N it was fitted on"
+    beyond = [f"{name} = {value:,} is outside the {int(lo):,} <= {name} <= {int(hi):,} its sweep reached"
+              for name, value, (lo, hi) in (("M", problem.m, env["M_range"]), ("N", problem.n, env["N_range"]))
+              if not int(lo) <= value <= int(hi)]
+    return " and ".join(beyond)
 
 
 def _envelope(profile: Profile, problem: Problem, table: SplitTable) -> tuple[SplitDecision | None, str]:
@@ -211,11 +239,11 @@ def _envelope(profile: Profile, problem: Problem, table: SplitTable) -> tuple[Sp
                 if mn <= bound:
                     return None, f"M*N = {mn:,} is not above its bound {bound:,} for K <= {grid[i]:,}"
                 status = env["validation"].get(str(profile.workspace_bytes), {}).get("status")
-                return SplitDecision(
-                    1, Scheme.NONE, SplitSource.ENVELOPE, status == "validated", table.table_id,
-                    f"M*N = {mn:,} > {bound:,}, the {profile.gpu.removeprefix('NVIDIA ')} bound for K <= {grid[i]:,} in this setting "
-                    f"(held-out test: {status})",
-                ), ""
+                beyond = _extrapolation(env, problem)
+                note = (f"M*N = {mn:,} > {bound:,}, the {profile.gpu.removeprefix('NVIDIA ')} bound for K <= {grid[i]:,} "
+                        f"in this setting (held-out test: {status})" + (f"; extrapolated: {beyond}" if beyond else ""))
+                return SplitDecision(1, Scheme.NONE, SplitSource.ENVELOPE, status == "validated" and not beyond,
+                                     table.table_id, note, extrapolated=bool(beyond)), ""
         return None, "it has no bound for this setting"
     stats = table.setting_stats(problem.setting(profile.workspace_bytes))
     if stats is None or stats["max_split_MN"] is None:
@@ -241,6 +269,14 @@ def resolve_splitk(profile: Profile, problem: Problem) -> SplitDecision:
     decision = _decide(profile, problem)
     split_warnings(profile, problem, decision)
     return decision
+
+
+def decide_quietly(profile: Profile, problem: Problem) -> SplitDecision | None:
+    """:func:`resolve_splitk`'s decision without its warnings, or None where no evidence decides."""
+    try:
+        return _decide(profile, problem)
+    except SplitKUnknownError:
+        return None
 
 
 @dataclass(frozen=True)

@@ -13,22 +13,30 @@ one-byte *setting* code and sorted within it by a 63-bit *key*:
 
 The shipped tables (``mmaemu/data/splitk``, written by ``tools/convert_splitk.py``), the recorder's
 ``heuristics.npz`` and the replay all go through this module.
+
+A shipped table's id (:data:`SHIPPED_TABLES`) always names the shipped data: :meth:`SplitTable.load`
+reads it from the package and checks its sha256, and no user table can be registered under it
+(:func:`register_table`), nor under an id that differs from one only in case, whitespace or Unicode form.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import io
 import json
 import os
+import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 
+from ..errors import UnknownNameError
 from ..formats import Fp8Format, OutFormat
 from ..split import Scheme
 
@@ -52,6 +60,12 @@ __all__ = [
     "serialise_table",
     "write_table",
     "SplitTable",
+    "H100_TABLE",
+    "RTX4060_TABLE",
+    "SHIPPED_TABLES",
+    "shipped_table_id",
+    "table_known",
+    "check_user_table",
     "register_table",
     "USER_TABLES",
 ]
@@ -255,8 +269,64 @@ def write_table(directory: Path, stem: str, arrays: Mapping[str, np.ndarray], in
     return npz_path, json_path
 
 
-#: Tables registered at run time (:func:`register_table`), e.g. a recording's.
+#: The id of the table recorded on the H100 PCIe (profiles ``hopper``, ``hopper-te``, ``hopper-ws0``).
+H100_TABLE = "heur_h100pcie_lt12.8.3.14"
+#: The id of the table recorded on the RTX 4060 (profiles ``ada``, ``ada-te``, ``ada-ws0``).
+RTX4060_TABLE = "heur_rtx4060_lt12.8.3.14"
+
+# [Note: the shipped tables' sha256] The sha256 of ``<table_id>.npz`` and ``<table_id>.json`` in
+# ``mmaemu/data/splitk`` as ``tools/convert_splitk.py`` writes them from ``recordings/splitk`` (the conversion
+# is byte for byte reproducible: ``tools/convert_splitk.py --check``). :meth:`SplitTable.load` refuses a
+# shipped file with another sha256, so an edited or damaged installation cannot speak for the reference GPUs.
+# ``.gitattributes`` marks the files -text, so no checkout converts their line endings.
+#: The shipped split-K tables: id -> (sha256 of its ``.npz``, sha256 of its ``.json``).
+SHIPPED_TABLES: Mapping[str, tuple[str, str]] = MappingProxyType({
+    H100_TABLE: ("5b4c25103b77865e385ffcda4be62218ab061a693812b32749dcb04c5151dd63",
+                 "b5dbc043e346dda1b5a72dfdf771f12c436ed571b8a112a085ccc03a9447766f"),
+    RTX4060_TABLE: ("ba0be27749726e2f0eb08a414a1668b841ece2698314e5257b2367a1339902af",
+                    "1bffd0111e6f171aa4d74cc4ea5a930ddda8131904a55d89a5268eba0ceb7a05"),
+})
+
+#: Tables registered at run time (:func:`register_table`), e.g. a recording's. A shipped id in it is never
+#: read: :meth:`SplitTable.load` serves shipped ids from the package.
 USER_TABLES: dict[str, SplitTable] = {}
+
+
+def _folded(table_id: str) -> str:
+    """An id compared without case, whitespace or Unicode compatibility forms (NFKC)."""
+    return "".join(unicodedata.normalize("NFKC", table_id).casefold().split())
+
+
+def shipped_table_id(table_id: str) -> str | None:
+    """The shipped table's id that ``table_id`` is, or differs from only in case, whitespace or Unicode
+    compatibility form (``"HEUR_H100PCIE_LT12.8.3.14 "``); None when it names no shipped table."""
+    folded = _folded(table_id)
+    return next((shipped for shipped in SHIPPED_TABLES if _folded(shipped) == folded), None)
+
+
+def table_known(table_id: str) -> bool:
+    """Whether :meth:`SplitTable.load` finds a table under this id (shipped or registered)."""
+    return table_id in SHIPPED_TABLES or table_id in USER_TABLES
+
+
+def _shipped_dir() -> Any:
+    """The package's ``data/splitk`` (an importlib resource: a directory or inside an archive)."""
+    return resources.files("mmaemu") / "data" / "splitk"
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _check_shipped_bytes(table_id: str, npz_bytes: bytes, json_bytes: bytes) -> None:
+    """Refuse shipped files whose sha256 is not the one pinned in :data:`SHIPPED_TABLES`."""
+    for suffix, data, want in zip((".npz", ".json"), (npz_bytes, json_bytes), SHIPPED_TABLES[table_id]):
+        got = _sha256(data)
+        if got != want:
+            raise RuntimeError(
+                f"mmaemu's shipped split-K table file {table_id}{suffix} has sha256 {got}, not the {want} mmaemu "
+                "ships: the installed package data is damaged or edited, so it cannot speak for the reference GPU; "
+                "reinstall mmaemu (pip install --force-reinstall mmaemu)")
 
 
 @dataclass(frozen=True)
@@ -277,33 +347,67 @@ class SplitTable:
 
     @staticmethod
     def load(table_id: str) -> SplitTable:
-        """A registered user table (:func:`register_table`), else a shipped table (cached per process)."""
+        """The table ``table_id`` names: a shipped table (:data:`SHIPPED_TABLES`; read once per process,
+        its sha256 checked, its columns read-only), else a registered user table (:func:`register_table`).
+
+        Raises:
+            UnknownNameError: no table is shipped or registered under this id (a ``ValueError`` and a
+                ``KeyError``).
+            RuntimeError: a shipped table's file is not the one mmaemu ships (damaged or edited).
+        """
+        if table_id in SHIPPED_TABLES:
+            return SplitTable._load_shipped(table_id)
         user = USER_TABLES.get(table_id)
-        return user if user is not None else SplitTable._load_shipped(table_id)
+        if user is None:
+            known = ", ".join(repr(t) for t in [*SHIPPED_TABLES, *USER_TABLES])
+            raise UnknownNameError(
+                f"no split-K table {table_id!r} is shipped or registered (known: {known}); register a recording's "
+                "with mmaemu.recording.register_recording(DIR), or a table with mmaemu.platforms.table.register_table")
+        return user
 
     @staticmethod
     @functools.lru_cache(maxsize=None)
     def _load_shipped(table_id: str) -> SplitTable:
-        base = resources.files("mmaemu") / "data" / "splitk"
-        info = json.loads((base / f"{table_id}.json").read_text())
-        with (base / f"{table_id}.npz").open("rb") as fh:
-            return SplitTable.from_arrays(table_id, info, np.load(fh))
+        base = _shipped_dir()
+        npz_bytes, json_bytes = (base / f"{table_id}.npz").read_bytes(), (base / f"{table_id}.json").read_bytes()
+        _check_shipped_bytes(table_id, npz_bytes, json_bytes)
+        with np.load(io.BytesIO(npz_bytes), allow_pickle=False) as data:
+            table = SplitTable.from_arrays(table_id, json.loads(json_bytes), data)
+        for column in (table.key, table.setting_start, table.S, table.custom):
+            column.flags.writeable = False
+        return table
 
     @staticmethod
     def from_files(npz_path: str | os.PathLike[str], json_path: str | os.PathLike[str]) -> SplitTable:
         """Load a table written in the shipped format (``<table_id>.npz`` and ``.json``) from any path.
 
+        A file whose ``table_id`` is a shipped table's gives the shipped table only when both files are
+        the shipped ones byte for byte (their sha256); a shipped id names the shipped data only.
+
         Raises:
-            ValueError: the columns are not a split-K table's (:func:`check_table_columns`), or the
-                info is not a JSON object with a ``table_id`` and ``verified_combos``.
+            ValueError: the columns are not a split-K table's (:func:`check_table_columns`); the info is not
+                a JSON object with a string ``table_id`` and ``verified_combos``; the ``table_id`` is a shipped
+                table's (or differs from one only in case, whitespace or Unicode form) and the files are not
+                that table's; or the ``table_id`` is not one printable word.
         """
-        info = json.loads(Path(json_path).read_text())
-        if not isinstance(info, dict) or "table_id" not in info or not isinstance(info.get("verified_combos"), list):
-            raise ValueError(f"{json_path}: not a split-K table's info (a JSON object with table_id and verified_combos)")
-        with np.load(Path(npz_path), allow_pickle=False) as data:
+        json_bytes, npz_bytes = Path(json_path).read_bytes(), Path(npz_path).read_bytes()
+        info = json.loads(json_bytes)
+        if (not isinstance(info, dict) or not isinstance(info.get("table_id"), str)
+                or not isinstance(info.get("verified_combos"), list)):
+            raise ValueError(f"{json_path}: not a split-K table's info (a JSON object with a string table_id and "
+                             "verified_combos)")
+        table_id = info["table_id"]
+        if table_id in SHIPPED_TABLES and (_sha256(npz_bytes), _sha256(json_bytes)) == SHIPPED_TABLES[table_id]:
+            return SplitTable.load(table_id)
+        try:
+            _check_user_id(table_id)
+        except ValueError as exc:
+            differ = " and these files are not the shipped table's (sha256)" if shipped_table_id(table_id) else ""
+            raise ValueError(f"{json_path}: {exc}{differ}") from None
+        with np.load(io.BytesIO(npz_bytes), allow_pickle=False) as data:
             columns = {k: np.asarray(data[k]) for k in data.files}
         check_table_columns(columns)
-        return SplitTable.from_arrays(str(info["table_id"]), info, columns)
+        return SplitTable.from_arrays(table_id, info, columns)
 
     @staticmethod
     def from_arrays(table_id: str, info: dict[str, Any], data: Any) -> SplitTable:
@@ -350,8 +454,47 @@ class SplitTable:
         return setting.combo(parts, scheme) in self.verified
 
 
-def register_table(table: SplitTable, *, replace: bool = False) -> None:
-    """Make a split-K table (e.g. a recording's) loadable by :meth:`SplitTable.load` under its id."""
+def _check_user_id(table_id: object) -> None:
+    """Refuse an id a user table cannot have: a shipped table's (or one differing only in case, whitespace or
+    Unicode form: :func:`shipped_table_id`), or one that is not a single printable word."""
+    if not isinstance(table_id, str):
+        raise TypeError(f"a split-K table id must be a string, not {type(table_id).__name__}")
+    shipped = shipped_table_id(table_id)
+    if shipped is not None:
+        what = ("is a shipped table's id" if shipped == table_id
+                else f"differs from the shipped table id {shipped!r} only in case, whitespace or Unicode form")
+        raise ValueError(
+            f"split-K table id {table_id!r} {what}; a shipped table cannot be replaced or shadowed (the built-in "
+            "profiles always use the shipped data): give this table another id")
+    if not table_id or not table_id.isprintable() or any(c.isspace() for c in table_id):
+        raise ValueError(f"split-K table id {table_id!r} is not one printable word (no whitespace or control "
+                         "characters); give the table such an id")
+
+
+def check_user_table(table: SplitTable, *, replace: bool = False) -> None:
+    """Check that :func:`register_table` would accept ``table``, changing nothing.
+
+    Raises:
+        TypeError: ``table`` is not a :class:`SplitTable`, or its id not a string.
+        ValueError: its id is a shipped table's, or differs from one only in case, whitespace or Unicode
+            form, or is not one printable word; or a different table is registered under it and ``replace``
+            is false.
+    """
+    if not isinstance(table, SplitTable):
+        raise TypeError(f"table must be a SplitTable, not {type(table).__name__}")
+    _check_user_id(table.table_id)
     if not replace and table.table_id in USER_TABLES and USER_TABLES[table.table_id] is not table:
-        raise ValueError(f"a different split-K table {table.table_id!r} is already registered")
+        raise ValueError(f"a different split-K table {table.table_id!r} is already registered (pass replace=True)")
+
+
+def register_table(table: SplitTable, *, replace: bool = False) -> None:
+    """Make a split-K table (e.g. a recording's) loadable by :meth:`SplitTable.load` under its id.
+
+    A shipped table's id is refused whatever ``replace`` says: the built-in profiles always use the
+    shipped data. Nothing is registered when it raises.
+
+    Raises:
+        TypeError, ValueError: as :func:`check_user_table`.
+    """
+    check_user_table(table, replace=replace)
     USER_TABLES[table.table_id] = table

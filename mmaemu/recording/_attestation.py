@@ -8,6 +8,11 @@ outside every recording (``user_cache_dir() / "replay.key"``, mode 0600).
 attestation checks: one written by ``python -m mmaemu replay`` for this user, unedited. A report
 copied from another machine, or edited, is reported as not attested (replay the recording here).
 Deleting the key only costs a replay.
+
+The key attests only while no one else knows it: it is used only when it and the folders that lead to it pass
+:mod:`mmaemu._private` (this user's, a regular file with one name, not readable or writable by group or others;
+the folders this user's or root's, not writable by others). Otherwise every report is "not attested" with the
+reason, and a replay refuses to write a report (:class:`~mmaemu.errors.UntrustedCacheError`).
 """
 
 from __future__ import annotations
@@ -15,40 +20,45 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import os
 import secrets
-import stat
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from .._host import user_cache_dir
+from .._private import create_private_file, private_dir, read_private_file
+from ..errors import UntrustedCacheError
 
-__all__ = ["attest", "attested"]
+__all__ = ["attest", "attestation_problem"]
 
 _FIELD = "attestation"
 
 
+def _key_path(create: bool) -> Path:
+    """``replay.key`` in the per-user folder, resolved once that folder is private (made where missing)."""
+    folder = private_dir(user_cache_dir(), root=user_cache_dir(), setting="MMAEMU_CACHE_DIR", create=create)
+    return folder / "replay.key"
+
+
 def _key(create: bool) -> bytes | None:
-    path = user_cache_dir() / "replay.key"
+    """The key; None where there is none (or, with ``create``, where it was made meanwhile and is not whole yet).
+
+    Raises:
+        UntrustedCacheError: the key or its folder could have been written or read by another user.
+        OSError: the folder or the key cannot be made or read.
+    """
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        path = _key_path(create)
     except FileNotFoundError:
-        if not create:
-            return None
-        path.parent.mkdir(parents=True, exist_ok=True)
+        return None
+    key = read_private_file(path, 64)
+    if key is None and create:
         key = secrets.token_bytes(32)
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+            create_private_file(path, key)
         except FileExistsError:  # another process made it first
             return _key(create=False)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(key)
-        return key
-    with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
-            return None
-        key = fh.read(64)
-    return key if len(key) == 32 else None
+    return key if key is not None and len(key) == 32 else None
 
 
 def _mac(report: Mapping[str, Any], key: bytes) -> str:
@@ -60,6 +70,7 @@ def attest(report: dict[str, Any]) -> dict[str, Any]:
     """``report`` with its attestation (the key is made on first use).
 
     Raises:
+        UntrustedCacheError: the key or its folder could have been written or read by another user.
         OSError: the key cannot be made or read (the cache directory is not writable).
     """
     key = _key(create=True)
@@ -68,8 +79,16 @@ def attest(report: dict[str, Any]) -> dict[str, Any]:
     return {**report, _FIELD: _mac(report, key)}
 
 
-def attested(report: Mapping[str, Any]) -> bool:
-    """Whether ``report`` was written by this user's replay and not edited since."""
+def attestation_problem(report: Mapping[str, Any]) -> str | None:
+    """None when ``report`` was written by this user's replay and not edited since; else why it is not attested."""
+    not_here = "not attested (written elsewhere or edited): replay the recording on this machine"
     claimed = report.get(_FIELD)
-    key = _key(create=False)
-    return isinstance(claimed, str) and key is not None and hmac.compare_digest(claimed, _mac(report, key))
+    try:
+        key = _key(create=False)
+    except UntrustedCacheError as exc:
+        return f"not attested: the replay key cannot be trusted: {exc}"
+    except OSError as exc:
+        return f"not attested: the replay key cannot be read ({exc})"
+    if isinstance(claimed, str) and key is not None and hmac.compare_digest(claimed, _mac(report, key)):
+        return None
+    return not_here

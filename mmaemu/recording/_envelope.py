@@ -80,7 +80,9 @@ def fit_envelope(train: TableRows, *, margin: int = 2) -> dict[str, Any]:
     the largest split M*N among grid rows at that K and other training rows whose K maps to it (the
     smallest grid K at or above theirs); the basis is the smallest grid M*N at that K above ``lo`` (an
     unsplit level; without one nothing is claimed from that K on). ``B(K)`` is ``margin`` times the
-    largest basis at grid K's up to K, at least ``margin`` times the smallest grid M*N.
+    largest basis at grid K's up to K, at least ``margin`` times the smallest grid M*N. ``M_range`` and
+    ``N_range`` are the smallest and largest M and N of the training rows: beyond them a decision is
+    extrapolated (:mod:`mmaemu.platforms.splitk`, ``[Note: extrapolated envelope decisions]``).
 
     Args:
         train: rows the fit may use (never the held-out ones).
@@ -98,6 +100,8 @@ def fit_envelope(train: TableRows, *, margin: int = 2) -> dict[str, Any]:
         "K_grid": [int(k) for k in k_grid], "K_min": int(k_grid[0]) if len(k_grid) else 0,
         "K_max": int(k_grid[-1]) if len(k_grid) else -1, "margin": margin, "bounds": [], "validation": {},
         "fit_rows": len(train),
+        "M_range": [int(train.m.min()), int(train.m.max())] if len(train) else [1, 0],
+        "N_range": [int(train.n.min()), int(train.n.max())] if len(train) else [1, 0],
     }
     if not len(k_grid):
         return envelope

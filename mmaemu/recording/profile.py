@@ -16,7 +16,7 @@ from typing import Any
 from ..platforms.profiles import Caller, Profile, SplitFamily, register_profile
 from ..platforms.table import WS_BYTES, SplitTable, register_table, setting_statistics
 from ..presets import Maturity, Preset, get_preset
-from ._attestation import attested
+from ._attestation import attestation_problem
 from .directory import RecordingDirectory
 from ._envelope import TableRows, fit_envelope, heldout_mask, validate_envelope
 from .format import Recording
@@ -183,9 +183,9 @@ class _ReplayProof:
     def of(report: Mapping[str, Any] | None, rec: Recording, preset: Preset, family: SplitFamily) -> _ReplayProof:
         if report is None:
             return _ReplayProof("not run", False, 0, 0, [])
-        if not attested(report):
-            return _ReplayProof("not attested (written elsewhere or edited): replay the recording on this machine",
-                                False, 0, 0, [])
+        problem = attestation_problem(report)
+        if problem is not None:
+            return _ReplayProof(problem, False, 0, 0, [])
         if report.get("recording_digest") != rec.digest:
             return _ReplayProof("for another recording", False, 0, 0, [])
         calls = report.get("calls", {})
@@ -203,7 +203,10 @@ def _table(rec: Recording, columns: dict[str, Any], envelope: dict[str, Any], pr
     env = rec.environment
     # [Note: derived, not trusted] the settings' statistics are recomputed from the sealed columns; the
     # recorded info contributes descriptions only.
-    table_id = f"heur_{_slug(str(env.get('gpu', 'gpu')))}_lt{env.get('cublaslt', 'unknown')}_{rec.digest[:8]}"
+    # environment.cublaslt is any string the recording says: only its letters, digits, dots and hyphens enter
+    # the id, which must be one printable word (mmaemu.platforms.table.register_table refuses others)
+    version = "".join(c for c in str(env.get("cublaslt", "unknown")) if c.isalnum() or c in ".-")
+    table_id = f"heur_{_slug(str(env.get('gpu', 'gpu')))}_lt{version}_{rec.digest[:8]}"
     info = {**rec.table_info(), "settings": setting_statistics(columns), "rows": len(columns["key"]),
             "split_rows": int((columns["S"] > 1).sum()), "table_id": table_id, "envelope": envelope,
             "verified_combos": [list(c) for c in proof.verified]}

@@ -1,4 +1,5 @@
-"""numba's compiled code lives in the per-user cache, so uninstalling and reinstalling mmaemu always works.
+"""numba's compiled code lives in the per-user cache, so uninstalling and reinstalling mmaemu always works, and
+only in a cache folder that no other user can have written (numba runs what its cache files say).
 
 The defect this guards against: numba's default cache writes into ``mmaemu/backends/__pycache__``;
 ``pip uninstall mmaemu`` leaves those files, the directory left behind imports as an empty namespace
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import sysconfig
@@ -19,6 +21,7 @@ import pytest
 pytest.importorskip("numba")
 
 from mmaemu.backends import cpu, _cpu_zoo, _numba_cache  # noqa: E402
+from mmaemu.errors import MmaemuWarning, UntrustedCacheWarning  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "mmaemu"
@@ -42,7 +45,8 @@ def test_every_cached_kernel_of_the_cpu_backend_is_cached_outside_the_package() 
         assert not path.resolve().is_relative_to(PACKAGE.resolve()), path
 
 
-def test_the_locator_answers_for_mmaemu_only_and_yields_to_numba_cache_dir(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_locator_answers_for_mmaemu_only_and_follows_numba_cache_dir(monkeypatch: pytest.MonkeyPatch,
+                                                                         tmp_path: Path) -> None:
     assert _numba_cache.install()  # idempotent: already installed by the cpu backend
     from numba.core import caching
 
@@ -54,8 +58,11 @@ def test_the_locator_answers_for_mmaemu_only_and_yields_to_numba_cache_dir(monke
     monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
     assert locator.from_function(kernel.py_func, __file__) is None  # not a file of the package
     assert locator.from_function(kernel.py_func, cpu.__file__) is not None
-    monkeypatch.setenv("NUMBA_CACHE_DIR", "/nonexistent-numba-cache")
-    assert locator.from_function(kernel.py_func, cpu.__file__) is None  # numba's own override wins
+    # numba's own override wins: mmaemu's functions go where numba would put them, after the same check
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "numba-cache"))
+    found = locator.from_function(kernel.py_func, cpu.__file__)
+    assert Path(found.get_cache_path()).parent == (tmp_path / "numba-cache").resolve()
+    assert Path(found.get_cache_path()).name == caching._CacheLocator.get_suitable_cache_subpath(cpu.__file__)
 
 
 def test_first_compile_is_announced_once_and_only_without_cached_code(
@@ -64,12 +71,14 @@ def test_first_compile_is_announced_once_and_only_without_cached_code(
     monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
     monkeypatch.setenv("MMAEMU_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(_numba_cache, "_checked", set())
+    monkeypatch.setitem(_numba_cache._on_disk, cpu.__file__, True)
+    monkeypatch.setitem(_numba_cache._on_disk, _cpu_zoo.__file__, True)
     _numba_cache.announce_first_compile(cpu.__file__, "the kernels")
     _numba_cache.announce_first_compile(cpu.__file__, "the kernels")
     err = capsys.readouterr().err
     assert err.count("mmaemu: compiling the kernels with numba") == 1 and str(tmp_path) in err
     folder = _numba_cache._compiled_dir(cpu.__file__)
-    folder.mkdir(parents=True)
+    assert folder.is_dir() and folder.is_relative_to(tmp_path)  # made (0700) when it was checked
     (folder / "cpu._kernel-1.py311.nbi").write_bytes(b"")
     monkeypatch.setattr(_numba_cache, "_checked", set())
     _numba_cache.announce_first_compile(cpu.__file__, "the kernels")
@@ -145,3 +154,117 @@ def test_install_uninstall_reinstall_in_a_fresh_venv(tmp_path: Path) -> None:
         gone = subprocess.run([str(python), "-c", "import mmaemu"], **run)  # type: ignore[call-overload]
         assert "ModuleNotFoundError" in gone.stderr
     assert list((tmp_path / "cache" / "numba").rglob("*.nbi")), "the per-user cache holds the machine code"
+
+
+# -- a cache is code: numba's folder is used only when no other user can have written it --------------------------
+
+
+@pytest.fixture
+def fresh_decisions(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """Decisions forgotten (restored after the test), NUMBA_* unset; a private folder for MMAEMU_CACHE_DIR."""
+    monkeypatch.setattr(_numba_cache, "_folders", {})
+    monkeypatch.setattr(_numba_cache, "_on_disk", {})
+    monkeypatch.setattr(_numba_cache, "_checked", set())
+    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+    monkeypatch.delenv("NUMBA_CACHE_LOCATOR_CLASSES", raising=False)
+    os.chmod(tmp_path, 0o700)
+    monkeypatch.setenv("MMAEMU_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def test_a_private_folder_is_made_0700_and_used(fresh_decisions: Path) -> None:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert _numba_cache.disk_cache(cpu.__file__)
+    folder = _numba_cache.trusted_folder(cpu.__file__)
+    assert folder is not None and folder.parent == (fresh_decisions / "numba").resolve()
+    for path in (fresh_decisions, fresh_decisions / "numba", folder):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o700
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid"), reason="owners and modes are POSIX")
+@pytest.mark.parametrize("mode", [0o777, 0o770, 0o1777])
+def test_an_open_cache_folder_is_not_used_and_the_warning_says_how_to_fix_it(
+    fresh_decisions: Path, capsys: pytest.CaptureFixture[str], mode: int
+) -> None:
+    fresh_decisions.mkdir()
+    os.chmod(fresh_decisions, mode)
+    with pytest.warns(UntrustedCacheWarning, match=rf"in memory.*{fresh_decisions} is writable by .*mode {mode:04o}.*"
+                                                   rf"chmod go-w '{fresh_decisions}'.*MMAEMU_CACHE_DIR"):
+        assert not _numba_cache.disk_cache(cpu.__file__)
+    assert not (fresh_decisions / "numba").exists()  # nothing made inside it
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # warned once per folder
+        assert not _numba_cache.disk_cache(_cpu_zoo.__file__)
+    _numba_cache.announce_first_compile(cpu.__file__, "the kernels")
+    assert "compiling the kernels with numba in memory, in every process" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid"), reason="owners and modes are POSIX")
+@pytest.mark.parametrize("mode", [0o666, 0o646])
+def test_a_cache_file_others_can_write_disables_the_cache(fresh_decisions: Path, mode: int) -> None:
+    folder = fresh_decisions / "numba" / caching_subpath()
+    folder.mkdir(parents=True, mode=0o700)
+    planted = folder / "cpu._decode_rows-133.py311.nbi"
+    planted.write_bytes(b"")
+    os.chmod(planted, mode)
+    with pytest.warns(UntrustedCacheWarning, match=rf"{planted} is writable by others"):
+        assert not _numba_cache.disk_cache(cpu.__file__)
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="chown to another user needs root")
+def test_a_cache_folder_of_another_user_disables_the_cache(fresh_decisions: Path) -> None:
+    folder = fresh_decisions / "numba" / caching_subpath()
+    folder.mkdir(parents=True, mode=0o700)
+    os.chown(folder, 65534, -1)
+    with pytest.warns(UntrustedCacheWarning, match=rf"{folder} belongs to another user"):
+        assert not _numba_cache.disk_cache(cpu.__file__)
+
+
+def test_numba_cache_dir_is_checked_the_same_way(fresh_decisions: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 tmp_path: Path) -> None:
+    shared = tmp_path / "numba-shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(shared))
+    with pytest.warns(UntrustedCacheWarning, match=r"is writable by others.*set NUMBA_CACHE_DIR to a folder"):
+        assert not _numba_cache.disk_cache(cpu.__file__)
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "numba-mine"))
+    assert _numba_cache.disk_cache(cpu.__file__)
+
+
+def test_without_the_locator_or_with_the_users_locators(fresh_decisions: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """numba reorganised (the locator cannot be installed): in memory, never numba's unchecked default places.
+    NUMBA_CACHE_LOCATOR_CLASSES (code the user chose to run) decides where numba caches, unchecked."""
+    monkeypatch.setattr(_numba_cache, "install", lambda: False)
+    assert not _numba_cache.disk_cache(cpu.__file__)
+    monkeypatch.setenv("NUMBA_CACHE_LOCATOR_CLASSES", "UserWideCacheLocator")
+    assert _numba_cache.disk_cache(cpu.__file__)
+
+
+def test_every_kernel_decorator_asks_disk_cache() -> None:
+    """A literal cache=True would let numba read a folder nobody checked."""
+    for path in (PACKAGE / "backends").glob("*.py"):
+        text = path.read_text()
+        assert "cache=True)" not in text, path
+        if "cache=_DISK_CACHE" in text:
+            assert "_DISK_CACHE = _numba_cache.disk_cache(__file__)" in text, path
+
+
+def caching_subpath() -> str:
+    from numba.core import caching
+
+    return str(caching._CacheLocator.get_suitable_cache_subpath(cpu.__file__))
+
+
+def test_no_home_directory_warns_and_compiles_in_memory(fresh_decisions: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_home() -> Path:
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.setattr(_numba_cache, "cache_dir", no_home)
+    with pytest.warns(MmaemuWarning, match="cannot be located .*Could not determine home directory"):
+        assert not _numba_cache.disk_cache(cpu.__file__)

@@ -390,3 +390,54 @@ def test_quantize_input_checks_the_activation_as_forward_does() -> None:
 def test_preset_refuses_bools(kwargs: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match="must be an int"):
         presets.Preset("bool", **kwargs)
+
+
+# ---- opposite infinities that meet in an fp32 addition -------------------------------------------
+#
+# Inside a block the model writes the canonical NaN; the fp32 additions after it (slow
+# accumulation's chain results, split parts in every combination order) are the host's arithmetic
+# when emulated, and an x86 CPU's Inf - Inf is 0xFFC00000. An NVIDIA GPU writes 0x7FFFFFFF for every
+# single-precision NaN (CUDA C++ Programming Guide, "Floating-Point Standard"); the slow model's
+# fp32 addition does too.
+
+#: (name, K, fast, split, k of the +Inf code, k of the -Inf code): the two meet only in an fp32 addition.
+OPPOSITE_INFS = [
+    ("slow-chains", 256, False, 1, 0, 128),
+    ("slow-chains-far", 384, False, 1, 5, 300),
+    ("slow-chains-in-a-part", 512, False, (2, "serial"), 0, 256),
+    ("contiguous", 256, True, (2, "contiguous"), 0, 128),
+    ("contiguous-slow", 640, False, (3, "contiguous"), 130, 300),
+    ("serial", 128, True, (2, "serial"), 0, 64),
+    ("pairwise-2", 128, True, (2, "pairwise"), 3, 100),
+    ("pairwise-joined-part", 384, True, (5, "pairwise"), 0, 192),  # parts 0 and 3: (p0 + p3) ...
+    ("pairwise-pair", 384, True, (6, "pairwise"), 64, 256),  # parts 1 and 4: summed as a pair first
+]
+
+
+def _opposite_infs(k: int, pos: int, neg: int) -> tuple[torch.Tensor, torch.Tensor]:
+    a = torch.full((2, k), 0x3C, dtype=torch.uint8)  # e5m2 1.0
+    a[0, pos], a[0, neg] = 0x7C, 0xFC  # row 0: +Inf and -Inf; row 1 finite
+    b = torch.full((16, k), 0x38, dtype=torch.uint8)  # e4m3 1.0 (N = 16: scaled_mm takes it)
+    b[1, ::3] = 0x00  # column 1: zeros under some products (Inf * 0 where they meet)
+    return a.view(E5M2), b.view(E4M3)
+
+
+@pytest.mark.filterwarnings("ignore::mmaemu.UnverifiedSplitWarning")  # explicit splits not replayed on hardware
+@pytest.mark.parametrize("case", OPPOSITE_INFS, ids=[c[0] for c in OPPOSITE_INFS])
+def test_opposite_infinities_meeting_in_fp32_additions_give_the_canonical_nan(backend: str, case: tuple[Any, ...]) -> None:
+    import slowmodel as sm
+
+    _, k, fast, split, pos, neg = case
+    a, b = _opposite_infs(k, pos, neg)
+    s, scheme = (1, "none") if split == 1 else split
+    acc = mmaemu.accumulate(a, b, use_fast_accum=fast, splitk=split, backend=backend)
+    got = (acc.view(torch.int32).to(torch.int64) & 0xFFFFFFFF).tolist()
+    codes_a, codes_b = a.view(torch.uint8).tolist(), b.view(torch.uint8).tolist()
+    want = [[sm.accumulate(ra, rb, "e5m2", "e4m3", 32, 13, fast, s, scheme) for rb in codes_b] for ra in codes_a]
+    assert want[0][0] == want[0][1] == 0x7FFFFFFF  # the case does make a NaN, in an addition
+    assert got == want
+    # scaled_mm's epilogue writes each output format's canonical NaN from it
+    for out_dtype, nan in ((torch.float32, 0x7FFFFFFF), (torch.bfloat16, 0x7FFF), (torch.float16, 0x7FFF)):
+        y = mmaemu.scaled_mm(a, b.t(), ONE, ONE, out_dtype=out_dtype, use_fast_accum=fast, splitk=split,
+                             backend=backend)
+        assert int(y.view(torch.int32 if out_dtype == torch.float32 else torch.int16)[0, 0]) & 0xFFFFFFFF == nan

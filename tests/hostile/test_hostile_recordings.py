@@ -480,3 +480,19 @@ def test_profile_arguments_are_checked(recorded: Path) -> None:
     for bad in ({"split_family": "contiguous"}, {"report": []}, {"report": "x"}, {"verdict": "x"}):
         with pytest.raises(TypeError):
             profile_from_recording(recorded, **bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("cublaslt", ["12.8 beta", "12.8\n", "12.8\u200b", "../../heur_h100pcie_lt12.8.3.14"])
+def test_the_table_id_of_a_recording_is_one_printable_word(recorded: Path, tmp_path: Path, cublaslt: str) -> None:
+    """Issue 46 hostile pass: the recording's table id carried environment.cublaslt unsanitised, so a version
+    string with whitespace or a control character made an id that register_table (rightly) refuses."""
+    from mmaemu.platforms.table import SplitTable, shipped_table_id
+
+    path = _copy(recorded, tmp_path)
+    manifest = json.loads((path / "manifest.json").read_text())
+    manifest["environment"]["cublaslt"] = cublaslt
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    profile = profile_from_recording(path)
+    assert profile.table_id is not None and shipped_table_id(profile.table_id) is None
+    assert profile.table_id.isprintable() and not any(c.isspace() or c == "/" for c in profile.table_id)
+    assert SplitTable.load(profile.table_id).table_id == profile.table_id

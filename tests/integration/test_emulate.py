@@ -233,3 +233,63 @@ def test_invalid_arguments() -> None:
     with pytest.raises(ValueError):
         mmaemu.emulate(fallback="ignore")
     assert "hopper-te" in repr(mmaemu.emulate(profile="hopper-te"))
+
+
+def _unservable(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """A call mmaemu refuses (a bias with an FP8 output): raised, or run natively under fallback="native"."""
+    one = torch.tensor(1.0)
+    return torch._scaled_mm(a, b.t(), one, one, torch.zeros(N, dtype=torch.bfloat16), out_dtype=torch.float8_e4m3fn)
+
+
+@pytest.mark.parametrize("outer_fallback", ["raise", "native"])
+def test_nested_native_fallback_bypasses_the_outer_block(operands: tuple[torch.Tensor, ...],
+                                                         outer_fallback: str) -> None:
+    """Old code: the inner block's native run went through the outer mode: an outer fallback="raise" raised,
+    an outer fallback="native" counted the same call a second time."""
+    a, b, _, _ = operands
+    with mmaemu.emulate(fallback=outer_fallback) as outer:
+        with mmaemu.emulate(fallback="native") as inner:
+            got = _unservable(a, b)
+    assert_bitwise_equal(got, _unservable(a, b))
+    assert inner.native == {(M, N, K): 1} and inner.served_calls == 0
+    assert outer.native_calls == 0 and outer.served_calls == 0 and not outer.reasons
+
+
+def test_an_inner_experimental_block_runs_natively_what_it_cannot_serve(operands: tuple[torch.Tensor, ...]) -> None:
+    """Old code: the inner (experimental) block counted the call as native while the outer block emulated it
+    (the result carried the outer profile's bits); the innermost block decides alone."""
+    a, b, sa, sb = operands
+    slow = {"out_dtype": torch.bfloat16, "use_fast_accum": False}  # not characterised for b200_mma_sync
+    native = torch._scaled_mm(a, b.t(), sa, sb, **slow)  # type: ignore[arg-type]
+    with mmaemu.emulate(profile="hopper") as outer:
+        with pytest.warns(mmaemu.ExperimentalPresetWarning):
+            inner_block = mmaemu.emulate(profile="b200-mma-sync-experimental", splitk=1, fallback="native")
+        with inner_block as inner:
+            with pytest.warns(mmaemu.ExperimentalPresetWarning):  # the profile warns, then refuses: native
+                got = torch._scaled_mm(a, b.t(), sa, sb, **slow)  # type: ignore[arg-type]
+            with pytest.warns(mmaemu.ExperimentalPresetWarning):
+                fast = _native(a, b, sa, sb)  # served by the inner block, warned, not native
+    assert_bitwise_equal(got, native)
+    assert not bitwise_diff(native, mmaemu.scaled_mm(a, b.t(), sa, sb, **slow)).equal  # type: ignore[arg-type]
+    assert inner.native == {(M, N, K): 1} and inner.served == {(M, N, K): 1}
+    assert outer.served_calls == 0 and outer.native_calls == 0
+    with pytest.warns(mmaemu.ExperimentalPresetWarning):
+        assert_bitwise_equal(fast, _expected(a, b, sa, sb, profile="b200-mma-sync-experimental", splitk=1))
+
+
+def test_an_exception_in_a_nested_block_restores_the_outer_one(operands: tuple[torch.Tensor, ...]) -> None:
+    a, b, sa, sb = operands
+    with mmaemu.emulate(profile="ada") as outer:
+        with pytest.raises(mmaemu.UnsupportedFeatureError):
+            with mmaemu.emulate(profile="hopper"):
+                _unservable(a, b)
+        got = _native(a, b, sa, sb)
+        with pytest.raises(KeyError):
+            with mmaemu.emulate(fallback="native") as inner:
+                _unservable(a, b)
+                raise KeyError("boom")
+        assert inner.native_calls == 1
+        with pytest.raises(mmaemu.UnsupportedFeatureError):
+            _unservable(a, b)  # the outer block decides again: it raises
+    assert_bitwise_equal(got, _expected(a, b, sa, sb, profile="ada"))
+    assert outer.served == {(M, N, K): 1} and outer.native_calls == 0

@@ -1,11 +1,16 @@
 """mmaemu.scaled_mm_v2 (torch.nn.functional.scaled_mm's API): torch 2.13's checks, tensor-wise bits, refusals.
 
-The checks are compared with torch's own definition of them: ``_check_scaled_mm_sizes_v2`` in
+The operand checks are compared with torch's own definition of them: ``_check_scaled_mm_sizes_v2`` in
 ``torch/_meta_registrations.py``, run on its CUDA branch (the reference platform's), against the same
-arguments; the bits with :func:`mmaemu.scaled_mm` of the equivalent ``_scaled_mm`` call.
+arguments. The recipe pair and its scales are compared with torch 2.13's eager kernel on this CPU, which
+checks them as the CUDA kernel does for the tensor-wise and row-wise recipes (the meta function differs
+there: it calls a float16 tensor-wise scale "must have 1 Float element", both kernels "Invalid scaling
+configuration"). The bits are compared with :func:`mmaemu.scaled_mm` of the equivalent ``_scaled_mm`` call.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 import torch
@@ -54,7 +59,6 @@ def _cases() -> dict[str, dict[str, object]]:
         "K = 40": {"mat_a": _operands(k=48)[0][:, :40].contiguous(), "mat_b": _operands(k=48)[1][:40, :]},
         "N = 40": {"mat_a": a, "mat_b": _operands(n=40)[1]},
         "two-element scale": {"mat_a": a, "mat_b": b, "scale_a": torch.ones(2)},
-        "fp16 scale": {"mat_a": a, "mat_b": b, "scale_b": torch.tensor(1.0, dtype=torch.float16)},
     }
 
 
@@ -70,32 +74,113 @@ def test_rejections_are_torch_2_13s(name: str, monkeypatch: pytest.MonkeyPatch) 
     assert isinstance(ours.value, mmaemu.ReferenceRejectsError)
 
 
-def test_two_scales_for_one_tensor_wise_recipe_are_refused() -> None:
-    """torch's meta check looks at the first scale only; its eager kernel refuses (a ValueError), and so does mmaemu."""
-    a, b = _operands()
-    one = torch.tensor(1.0)
-    with pytest.raises(ValueError):
-        torch._scaled_mm_v2(a, b, [one, one], [0], [], [one], [0], [], None, torch.float32, [], False)
-    with pytest.raises(mmaemu.ReferenceRejectsValueError, match="scale_a must have 1 Float element"):
-        mmaemu.scaled_mm_v2(a, b, [one, one], TW, one, TW)
-
-
-@pytest.mark.parametrize("recipe", ["BlockWise1x16", "BlockWise1x32", "BlockWise1x128", "BlockWise128x128"])
-def test_other_recipes_raise_naming_them(recipe: str) -> None:
-    a, b = _operands()
-    one = torch.tensor(1.0)
-    with pytest.raises(mmaemu.UnsupportedFeatureError, match=recipe):
-        mmaemu.scaled_mm_v2(a, b, one, getattr(F.ScalingType, recipe), one, getattr(F.ScalingType, recipe))
-    with pytest.raises(mmaemu.UnsupportedFeatureError, match=f"{recipe} \\(mat_b\\)"):
-        mmaemu.scaled_mm_v2(a, b, one, TW, one, getattr(F.ScalingType, recipe))
-
-
 RW = F.ScalingType.RowWise
+M_, N_ = 16, 48  # _operands()
+
+
+def _invalid_pairs() -> dict[str, tuple[list[torch.Tensor], list[int], list[torch.Tensor], list[int]]]:
+    """Recipe pairs and scales torch 2.13 rejects on the CPU and, by its source, on CUDA (scale_a, recipe_a, ...)."""
+    one, rows, cols = torch.tensor(1.0), torch.ones(M_, 1), torch.ones(1, N_)
+    tw, rw = int(TW.value), int(RW.value)
+    return {
+        "TensorWise x RowWise": ([one], [tw], [cols], [rw]),
+        "RowWise x TensorWise": ([rows], [rw], [one], [tw]),
+        "RowWise with one-element scales": ([one], [rw], [one], [rw]),
+        "RowWise with 1x1 scales": ([torch.ones(1, 1)], [rw], [torch.ones(1, 1)], [rw]),
+        "RowWise with a short scale_b": ([rows], [rw], [torch.ones(1, 8)], [rw]),
+        "RowWise with a bf16 scale_a": ([rows.bfloat16()], [rw], [cols], [rw]),
+        "RowWise with a strided scale_b": ([rows], [rw], [torch.ones(N_, 2)[:, :1].t()], [rw]),
+        "TensorWise with an fp16 scale": ([one.half()], [tw], [one], [tw]),
+        "TensorWise with two scales": ([one, one], [tw], [one], [tw]),
+        "TensorWise with two recipes": ([one, one], [tw, tw], [one], [tw]),
+        "no recipe": ([one], [], [one], [tw]),
+        "BlockWise1x128 x BlockWise128x128 with fp16 scales": ([one.half()], [4], [one.half()], [5]),
+        "BlockWise128x128 x BlockWise128x128": ([one], [5], [one], [5]),
+        "BlockWise1x32 with float32 scales": ([one], [3], [one], [3]),
+        "BlockWise1x16 on float8 operands": ([one], [2], [one], [2]),
+    }
+
+
+def _torch_eager(name: str) -> BaseException:
+    a, b = _operands()
+    sa, ra, sb, rb = _invalid_pairs()[name]
+    with pytest.raises((ValueError, IndexError)) as theirs:
+        torch._scaled_mm_v2(a, b, sa, ra, [], sb, rb, [], None, torch.bfloat16, [], False)
+    return theirs.value
+
+
+def _assert_torchs(ours: BaseException, theirs: BaseException) -> None:
+    """Same type and message; torch's CUDA kernel lists every recipe where the CPU kernel lists two and names
+    the scales ``scale_a[0]`` where the CPU kernel says ``scale_a``: those lines are compared as that source says."""
+    assert isinstance(ours, type(theirs)), (type(ours), type(theirs))
+    if isinstance(theirs, ValueError):
+        assert isinstance(ours, mmaemu.ReferenceRejectsValueError)
+    if not str(theirs).startswith("Invalid scaling configuration."):
+        assert str(ours) == str(theirs)
+        return
+    our_lines, their_lines = str(ours).split("\n"), str(theirs).split("\n")
+    assert our_lines[:3] == their_lines[:3]  # the heading, TensorWise, RowWise
+    assert [line.split(" scaling")[0] for line in our_lines[3:7]] == [
+        "- For BlockWise 1x128", "- For BlockWise 128x128", "- For Blockwise 1x32", "- For Blockwise 1x16"]
+    assert our_lines[-1].replace("[0].", ".") == their_lines[-1] and len(our_lines) == 8
+
+
+@pytest.mark.parametrize("name", sorted(_invalid_pairs()))
+def test_invalid_recipe_pairs_raise_torchs_error_before_not_modelled(name: str) -> None:
+    """Old code: every pair other than TensorWise x TensorWise raised UnsupportedFeatureError ("not modelled"),
+    and emulate(fallback="native") forwarded such calls as if valid."""
+    a, b = _operands()
+    sa, ra, sb, rb = _invalid_pairs()[name]
+    theirs = _torch_eager(name)
+    with pytest.raises(Exception) as ours:
+        mmaemu.scaled_mm_v2(a, b, sa, ra, sb, rb)
+    _assert_torchs(ours.value, theirs)
+    with mmaemu.emulate(fallback="native") as log:
+        with pytest.raises(Exception) as intercepted:
+            torch._scaled_mm_v2(a, b, sa, ra, [], sb, rb, [], None, torch.bfloat16, [], False)
+    _assert_torchs(intercepted.value, theirs)
+    assert isinstance(intercepted.value, (mmaemu.ReferenceRejectsError, IndexError)) and log.native_calls == 0
+
+
+def _valid_pairs() -> dict[str, tuple[Any, Any, Any, Any]]:
+    """Recipe pairs torch 2.13's CUDA kernel table takes, with scales its acceptance functions take."""
+    rows, cols = torch.ones(M_, 1), torch.ones(1, N_)
+    e8m0 = torch.ones(4).to(torch.float8_e8m0fnu)
+    return {"BlockWise1x128": (torch.ones(M_, 1), F.ScalingType.BlockWise1x128, torch.ones(1, N_),
+                               F.ScalingType.BlockWise1x128),
+            "BlockWise1x128 (mat_a) and BlockWise128x128": (torch.ones(M_, 1), F.ScalingType.BlockWise1x128,
+                                                            torch.ones(1, 1), F.ScalingType.BlockWise128x128),
+            "BlockWise128x128 (mat_a) and BlockWise1x128": (torch.ones(1, 1), F.ScalingType.BlockWise128x128,
+                                                            torch.ones(1, N_), F.ScalingType.BlockWise1x128),
+            "BlockWise1x32": (e8m0, F.ScalingType.BlockWise1x32, e8m0, F.ScalingType.BlockWise1x32)}
+
+
+@pytest.mark.parametrize("recipe", sorted(_valid_pairs()))
+def test_valid_pairs_of_other_recipes_raise_not_modelled_naming_them(recipe: str) -> None:
+    a, b = _operands()
+    sa, ra, sb, rb = _valid_pairs()[recipe]
+    with pytest.raises(mmaemu.UnsupportedFeatureError, match=recipe.replace("(", "\\(").replace(")", "\\)")):
+        mmaemu.scaled_mm_v2(a, b, sa, ra, sb, rb)
+
+
+def test_nvfp4_pairs_are_not_modelled() -> None:
+    fp4 = getattr(torch, "float4_e2m1fn_x2", None)
+    if fp4 is None:  # pragma: no cover - torch without fp4
+        pytest.skip("torch without float4_e2m1fn_x2")
+    a = torch.zeros(16, 16, dtype=torch.uint8).view(fp4)
+    b = torch.zeros(48, 16, dtype=torch.uint8).view(fp4).t()
+    e4, one = torch.ones(4).to(E4), torch.tensor(1.0)
+    with pytest.raises(mmaemu.UnsupportedFeatureError, match="BlockWise1x16 \\+ TensorWise \\(mat_a\\)"):
+        mmaemu.scaled_mm_v2(a, b, [e4, one], [2, 0], [e4, one], [2, 0])
+    with pytest.raises(mmaemu.UnsupportedFeatureError, match="BlockWise1x16 \\(mat_a\\)"):
+        mmaemu.scaled_mm_v2(a, b, e4, 2, e4, 2)
+    with pytest.raises(mmaemu.ReferenceRejectsValueError, match="Got mat_a.dtype\\(\\)=Float4_e2m1fn_x2"):
+        mmaemu.scaled_mm_v2(a, b, one, TW, one, TW)  # tensor-wise needs float8 operands
 
 
 def test_row_wise_on_both_operands_is_the_row_wise_scaled_mm() -> None:
     """Old code: F.scaled_mm with RowWise recipes raised UnsupportedFeatureError. Now it is torch._scaled_mm's
-    row-wise call (torch 2.7.1's CUTLASS kernel), warned; a RowWise recipe on one operand only still raises."""
+    row-wise call (torch 2.7.1's CUTLASS kernel), warned; a RowWise recipe on one operand only is torch's rejection."""
     a, b = _operands()
     g = torch.Generator().manual_seed(9)
     sa, sb = torch.rand(16, 1, generator=g) + 0.5, torch.rand(1, 48, generator=g) + 0.5
@@ -105,37 +190,8 @@ def test_row_wise_on_both_operands_is_the_row_wise_scaled_mm() -> None:
         with pytest.warns(mmaemu.UnrecordedKernelWarning):
             got = mmaemu.scaled_mm_v2(a, b, sa, RW, scale_b, RW, use_fast_accum=True)
         assert_bitwise_equal(got, want)
-    with pytest.raises(mmaemu.UnsupportedFeatureError, match="RowWise \\(mat_a\\) and TensorWise \\(mat_b\\)"):
-        mmaemu.scaled_mm_v2(a, b, sa, RW, torch.tensor(1.0), TW)
-
-
-def _rowwise_cases() -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-    ones = torch.ones
-    return {
-        "scale_a 16 x 2": (ones(16, 2), ones(1, 48)),
-        "scale_a 8 x 1": (ones(8, 1), ones(1, 48)),
-        "scale_a fp16": (ones(16, 1, dtype=torch.float16), ones(1, 48)),
-        "scale_b 1 x 32": (ones(16, 1), ones(1, 32)),
-        "scale_b fp64": (ones(16, 1), ones(1, 48, dtype=torch.float64)),
-        "scale_a stride(1) 2": (ones(32).as_strided((16, 1), (1, 2)), ones(1, 48)),
-        "scale_b stride(1) 2": (ones(16, 1), ones(1, 96)[:, ::2]),
-    }
-
-
-@pytest.mark.parametrize("name", sorted(_rowwise_cases()))
-def test_row_wise_rejections_are_torch_2_13s(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """torch 2.13's RowWise checks (``_check_scaled_mm_sizes_v2`` on its CUDA branch), message and type."""
-    import torch._meta_registrations as meta
-
-    a, b = _operands()
-    sa, sb = _rowwise_cases()[name]
-    monkeypatch.setattr(meta, "device_hint", lambda tensor: "cuda")
-    with pytest.raises(ValueError) as theirs:
-        meta._check_scaled_mm_sizes_v2(a, b, [sa], [int(RW.value)], [sb], [int(RW.value)])
-    monkeypatch.undo()
-    with pytest.raises(mmaemu.ReferenceRejectsValueError) as ours:
-        mmaemu.scaled_mm_v2(a, b, sa, RW, sb, RW)
-    assert str(ours.value) == str(theirs.value)
+    with pytest.raises(mmaemu.ReferenceRejectsValueError, match="^Invalid scaling configuration"):
+        mmaemu.scaled_mm_v2(a, b, sa, RW, torch.tensor(1.0), TW)  # torch rejects the pair
 
 
 def test_swizzles_and_contraction_dims_raise_naming_them() -> None:

@@ -160,14 +160,20 @@ def test_profile_from_recording(recorded: Path) -> None:
             d = resolve_splitk(profile, problem)
             if (d.parts, d.source) != (int(rows.S[i]), SplitSource.TABLE):
                 raise AssertionError((i, d))
-    # off the table, above the fitted bound: the envelope (validated on the held-out rows) decides S = 1
+    # off the table, above the fitted bound, inside the M and N the grid reached (TINY_GRID: M 16 and 64, N up
+    # to 4 x 8,192 / 16 = 2,048): the envelope (validated on the held-out rows) decides S = 1
     assert profile.evidence["envelope"]["1048576"] == "validated"
     envelope = SplitTable.load(profile.table_id).info["envelope"]
     bound = next(b for b in envelope["bounds"] if (b["ws"], b["out"], b["fast"], b["fmt_a"], b["fmt_b"])
                  == (1 << 20, "float32", True, "e4m3", "e4m3"))["B"][envelope["K_grid"].index(4096)]
-    assert bound < 1 << 20
-    d = resolve_splitk(profile, Problem(bound // 4096 + 1, 4096, 4096, E4, E4, OutFormat.FLOAT32, True))
-    assert (d.parts, d.source, d.verified) == (1, SplitSource.ENVELOPE, True)
+    n = -(-(bound // 64 + 1) // 16) * 16
+    assert n <= 2048
+    d = resolve_splitk(profile, Problem(64, n, 4096, E4, E4, OutFormat.FLOAT32, True))
+    assert (d.parts, d.source, d.verified, d.extrapolated) == (1, SplitSource.ENVELOPE, True, False)
+    # beyond the N the recording reached: still S = 1, but extrapolated, not verified, and it warns (issue 46)
+    with pytest.warns(mmaemu.UnvalidatedEnvelopeWarning, match="N = 4,096 is outside the 16 <= N <= 2,048"):
+        d = resolve_splitk(profile, Problem(bound // 4096 + 1, 4096, 4096, E4, E4, OutFormat.FLOAT32, True))
+    assert (d.parts, d.source, d.verified, d.extrapolated) == (1, SplitSource.ENVELOPE, False, True)
     # a registered user profile is found by name, and scaled_mm runs under it with splitk="auto"
     register_profile(profile)
     try:

@@ -204,3 +204,80 @@ def test_loading_needs_torchao_imported_first(tmp_path: Any, gpu_machine: None) 
               "print('loaded', type(sd['0.weight']).__name__)\n")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False, timeout=300)
     assert "refused" in done.stdout and "loaded Float8Tensor" in done.stdout, done.stdout + done.stderr
+
+
+def _blockwise_fp8_gemm_runs_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torchao registers ``ao::blockwise_fp8_gemm`` (a Triton kernel) only where Triton has a GPU. Here it stands
+    in for the GPU: the operator, with torchao's name and schema, gets a CPU kernel (dequantize, multiply in
+    float32) for the native run, and torchao's kernel table points at it. emulate() decides by the name."""
+    from torch.utils._triton import has_triton
+    from torchao.kernel import blockwise_quantization as bq
+
+    if has_triton():  # pragma: no cover - a GPU machine: torchao's own operator runs
+        return
+    if not hasattr(torch.ops.ao, "blockwise_fp8_gemm"):
+        @torch.library.custom_op("ao::blockwise_fp8_gemm", mutates_args=())
+        def stand_in(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor,
+                     block_size: int = 128) -> torch.Tensor:
+            # a_s holds one scale per row and 128-block of K, flattened as the Triton kernel reads it
+            scale_a = a_s.reshape(*a.shape[:-1], -1).repeat_interleave(block_size, dim=-1)[..., : a.shape[-1]]
+            scale_b = b_s.repeat_interleave(block_size, 0).repeat_interleave(block_size, 1)[: b.shape[0], : b.shape[1]]
+            return ((a.float() * scale_a) @ (b.float() * scale_b).t()).to(torch.bfloat16)
+
+        stand_in.register_fake(lambda a, a_s, b, b_s, block_size=128: a.new_empty(
+            *a.shape[:-1], b.shape[0], dtype=torch.bfloat16))
+    monkeypatch.setattr(bq, "_triton_impls", bq._BlockwiseFp8Impls(True, torch.ops.ao.blockwise_fp8_gemm,
+                                                                    None, None, None))
+
+
+def test_block_wise_is_refused_naming_torchaos_operator(gpu_machine: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Old code: PerBlock([1, 128]) x PerBlock([128, 128]) called ao::blockwise_fp8_gemm natively: 0 served,
+    0 native, no error, even with fallback="raise"."""
+    from torchao.quantization import PerBlock
+
+    _blockwise_fp8_gemm_runs_here(monkeypatch)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(K, K, bias=False), torch.nn.ReLU(),
+                                torch.nn.Linear(K, 128, bias=False)).to(torch.bfloat16)  # N: whole 128-blocks
+    quantize_(model, Float8DynamicActivationFloat8WeightConfig(granularity=[PerBlock([1, 128]), PerBlock([128, 128])]))
+    x = _x()
+    with torch.no_grad():
+        with pytest.raises(mmaemu.UnsupportedFeatureError, match=r"torch\.ops\.ao\.blockwise_fp8_gemm \(torchao: "):
+            with mmaemu.emulate():
+                model(x)
+        with mmaemu.emulate(fallback="native") as log:
+            got = model(x)
+        assert_bitwise_equal(got, model(x))
+    assert log.native == {(M, K, K): 1, (M, 128, K): 1} and log.served_calls == 0
+
+
+def test_per_row_through_mslk_is_refused_naming_mslks_operator(gpu_machine: None,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Old code: torchao's PerRow on sm_90 with mslk installed called torch.ops.mslk.f8f8bf16_rowwise natively,
+    unseen. mslk is not installed here: its operator is defined with mslk's name and schema
+    (tests/foreign_stand_ins.py) and torchao's two checks (mslk importable, sm_90) are switched on; torchao's
+    own dispatch then calls it. The activations keep torchao's torch quantizer (mslk's is a Triton kernel)."""
+    import dataclasses
+    import importlib
+
+    from foreign_stand_ins import define
+
+    float8_tensor = importlib.import_module("torchao.quantization.quantize_.workflows.float8.float8_tensor")
+    define("mslk::f8f8bf16_rowwise")
+    model = _quantized(PerRow())
+    for layer in (model[0], model[2]):
+        kwargs = layer.weight.act_quant_kwargs
+        layer.weight.act_quant_kwargs = dataclasses.replace(kwargs,
+                                                            kernel_preference=float8_tensor.KernelPreference.TORCH)
+    monkeypatch.setattr(float8_tensor, "_is_mslk_available", lambda: True)
+    monkeypatch.setattr(float8_tensor, "is_sm_at_least_90", lambda: True)
+    x = _x()
+    with torch.no_grad():
+        with pytest.raises(mmaemu.UnsupportedFeatureError, match=r"torch\.ops\.mslk\.f8f8bf16_rowwise \(mslk: "):
+            with mmaemu.emulate():
+                model(x)
+        with mmaemu.emulate(fallback="native") as log:
+            got = model(x)
+        assert_bitwise_equal(got, model(x))
+    assert log.native == {(M, K, K): 1, (M, N, K): 1} and log.served_calls == 0
+    assert all("mslk" in reason for reason in log.reasons)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from mmaemu.recording._envelope import NO_CLAIM, TableRows, fit_envelope, heldout_mask, validate_envelope
 from mmaemu.recording.format import Part
@@ -80,3 +81,20 @@ def test_no_level_above_the_splits_claims_nothing() -> None:
     assert validate_envelope(fit_envelope(every_split), TableRows(
         np.array([SETTING]), np.array([1]), np.array([1 << 20]), np.array([8192]), np.array([1], np.uint8),
         np.array([Part.HELDOUT], np.uint8)))[str(1 << 20)]["status"] == "untested"
+
+
+def test_fit_records_the_m_and_n_it_reached() -> None:
+    """Beyond them a decision is extrapolated (issue 46): the synthetic grid has M 1, 4, 16 and N = level // M."""
+    env = fit_envelope(synthetic(heldout_random=0))
+    assert env["M_range"] == [1, 16] and env["N_range"] == [LEVELS[0] // 16, LEVELS[-1]]
+
+
+def test_convert_reads_the_tested_ranges_from_the_recording() -> None:
+    from conftest import load_tool
+
+    convert = load_tool("convert_splitk")
+    stated = ["3. alignment does not matter", "4. the shapes tested: M 1..16,384, N 16..2^20 (p1), model rows to "
+              "M = 16,384 (p3); a larger M or N is extrapolated in M*N"]
+    assert convert.tested_ranges(stated) == {"M_range": [1, 16_384], "N_range": [16, 1 << 20]}
+    with pytest.raises(ValueError, match="does not state the M and N"):
+        convert.tested_ranges(stated[:1])

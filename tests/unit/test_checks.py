@@ -103,6 +103,23 @@ def rowwise_check(condition: str) -> str:
                            "If so, please report an enhancement request to PyTorch.)") + "$"
 
 
+def plus_columns(values: list[float]) -> Callable[[torch.Tensor, dict[str, Any]], None]:
+    """Every row is 32 + ``values`` (one per column): a bias of these values added to the all-32 GEMM."""
+    def check(result: torch.Tensor, kwargs: dict[str, Any]) -> None:
+        expected = (32.0 + torch.tensor(values)).expand(tuple(result.shape)).to(result.dtype)
+        mmaemu.testing.assert_bitwise_equal(result.contiguous(), expected.contiguous())
+
+    return check
+
+
+def bf16(*shape: int, start: float = 0.0) -> torch.Tensor:
+    """0, 1, 2, ... (from ``start``) in bf16, of ``shape``: exact, so each element says where it was read."""
+    count = 1
+    for size in shape:
+        count *= size
+    return (torch.arange(count, dtype=torch.float32) + start).to(torch.bfloat16).reshape(shape)
+
+
 def ftz_on() -> Callable[[], None]:
     if not torch.set_flush_denormal(True):
         pytest.skip("this CPU cannot flush denormals")
@@ -202,6 +219,28 @@ ROWS = [
         warns=mmaemu.UnverifiedEpilogueWarning),
     Row("bias-fp8-output", lambda: base(bias=torch.zeros(16, dtype=torch.bfloat16), out_dtype=E4), UF,
         "bias with an FP8 output is not modelled"),
+    # the bias as cuBLASLt reads it: N dense elements from its data pointer (checks.py, [Note: bias memory])
+    Row("bias-1xN", lambda: base(bias=bf16(1, 16)), check=plus_columns(list(range(16))),
+        warns=mmaemu.UnverifiedEpilogueWarning),
+    Row("bias-Nx1", lambda: base(bias=bf16(16, 1)), check=plus_columns(list(range(16)))),
+    Row("bias-2x8-transposed", lambda: base(bias=bf16(8, 2).t()), check=plus_columns(list(range(16)))),
+    Row("bias-step-2-reads-dense", lambda: base(bias=bf16(32)[::2]), check=plus_columns(list(range(16)))),
+    Row("bias-offset-16-bytes", lambda: base(bias=bf16(24)[8:]), check=plus_columns(list(range(8, 24)))),
+    Row("bias-expanded-within-storage", lambda: base(bias=bf16(16)[:1].expand(16)), check=plus_columns(list(range(16)))),
+    Row("bias-expanded-scalar", lambda: base(bias=torch.tensor(1.0, dtype=torch.bfloat16).expand(16)), UF,
+        "reads 16 elements from the bias's data pointer.*beyond"),
+    Row("bias-past-storage", lambda: base(bias=bf16(16)[8:].expand(2, 8)), UF, "beyond"),
+    Row("bias-offset-2-bytes", lambda: base(bias=bf16(17)[1:]), UF, "16-byte"),
+    Row("bias-requires-grad", lambda: base(bias=torch.zeros(16, dtype=torch.bfloat16, requires_grad=True)), UF,
+        "bias require grad"),
+    Row("bias-requires-grad-no-grad-mode", lambda: base(bias=torch.zeros(16, dtype=torch.bfloat16, requires_grad=True),
+                                                        grad=False), check=equals(32.0)),
+    Row("scale-result-requires-grad", lambda: base(scale_result=one().requires_grad_()), UF, "scale_result require grad"),
+    Row("k-zero-requires-grad", lambda: base(mat1=mat(16, 0), mat2=mat(16, 0).t(), scale_b=one().requires_grad_()), UF,
+        "scale_b require grad"),
+    Row("m-zero-bias-requires-grad", lambda: base(mat1=mat(0, 32), bias=torch.zeros(16, dtype=torch.bfloat16,
+                                                                                  requires_grad=True)), UF,
+        "bias require grad"),
     Row("rowwise-bf16", lambda: rw(), check=equals(32.0), warns=mmaemu.UnrecordedKernelWarning),
     *ROWWISE_ROWS,
     Row("requires-grad", lambda: base(scale_a=one().requires_grad_()), UF, "scale_a require grad"),

@@ -174,9 +174,9 @@ def test_special_accumulators_and_scales(out: str, scratch: bool) -> None:
 
 
 def test_two_steps_equal_scaled_mm_where_the_reference_gpu_splits() -> None:
-    """``epilogue(accumulate(...))`` with the split ``explain`` reports equals ``scaled_mm``, at a shape the
-    H100 table splits (16 x 128 x 16,384: S = 6), and FP8 operands without ``splitk`` raise instead of
-    silently computing the unsplit sum (which differs in about half of these outputs)."""
+    """``epilogue(accumulate(...))`` equals ``scaled_mm`` at a shape the H100 table splits (16 x 128 x 16,384:
+    S = 6) with the split ``explain`` reports and with ``accumulate``'s default (the same split for every
+    output dtype there); the unsplit sum, ``accumulate``'s old default, differs."""
     torch.manual_seed(3)
     a = (torch.randn(16, 16384) * 64).clamp(-448, 448).to(torch.float8_e4m3fn)
     b = (torch.randn(128, 16384) * 64).clamp(-448, 448).to(torch.float8_e4m3fn)
@@ -190,5 +190,15 @@ def test_two_steps_equal_scaled_mm_where_the_reference_gpu_splits() -> None:
     mmaemu.testing.assert_bitwise_equal(two_steps, y)
     unsplit = epilogue(mmaemu.accumulate(a, b, use_fast_accum=True, splitk=1), sa, sb, out_dtype=torch.bfloat16)
     assert bool((unsplit.view(torch.int16) != y.view(torch.int16)).any())
-    with pytest.raises(TypeError, match="needs splitk="):
-        mmaemu.accumulate(a, b, use_fast_accum=False)
+    by_default = epilogue(mmaemu.accumulate(a, b, use_fast_accum=True), sa, sb, out_dtype=torch.bfloat16)
+    mmaemu.testing.assert_bitwise_equal(by_default, y)
+
+
+def test_accumulate_warns_where_its_default_split_is_unknown() -> None:
+    """16 x 256 x 128 on hopper: no evidence decides the split (scaled_mm raises SplitKUnknownError), so
+    accumulate computes no split and says so, naming what to pass."""
+    a = torch.ones(16, 128).to(torch.float8_e4m3fn)
+    b = torch.ones(256, 128).to(torch.float8_e4m3fn)
+    with pytest.warns(mmaemu.UnverifiedSplitWarning, match="no evidence decides it.*splitk=mmaemu.explain"):
+        acc = mmaemu.accumulate(a, b, use_fast_accum=True)
+    assert float(acc[0, 0]) == 128.0
