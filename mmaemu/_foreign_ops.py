@@ -7,7 +7,7 @@ name (``"mslk::f8f8bf16_rowwise"``) when the call reaches the dispatch mode, so 
 after ``import mmaemu`` (or never installed) is matched all the same.
 
 mmaemu models the cuBLASLt tensor-wise FP8 GEMM that ``torch._scaled_mm`` runs on the reference
-platform, and nothing else yet: none of these operators is served (``served=False`` for every row).
+platform and torch's own row-wise CUTLASS kernels (:mod:`mmaemu.kernels`), and nothing else yet: none of these operators is served (``served=False`` for every row).
 Each is refused with :class:`~mmaemu.UnsupportedFeatureError` naming it, or with
 ``fallback="native"`` run natively and counted. A call is intercepted only when one of its tensor
 arguments is FP8: vLLM's ``cutlass_scaled_mm`` also runs INT8 GEMMs, which are not FP8 GEMMs and run
@@ -73,7 +73,8 @@ class ForeignGemm:
     def refusal(self) -> str:
         """The message of the :class:`~mmaemu.UnsupportedFeatureError` a call of this operator raises."""
         return (f"torch.ops.{self.name.replace('::', '.')} ({self.library}: {self.computes}) is not modelled: "
-                f"mmaemu serves tensor-wise torch._scaled_mm / torch.nn.functional.scaled_mm calls only. "
+                f"mmaemu serves torch._scaled_mm / torch.nn.functional.scaled_mm calls with tensor-wise or row-wise "
+                f"scales only. "
                 f"{_ADVICE[self.library]} Or pass fallback='native' to run it natively and count it in log.native.")
 
 
@@ -86,9 +87,10 @@ _SGL = "sgl-kernel"
 _ADVICE = {
     _TORCHAO: "For torchao, quantize with Float8DynamicActivationFloat8WeightConfig(granularity=PerTensor()) "
               "and the default kernel preference: torchao then calls torch._scaled_mm, which is served.",
-    _MSLK: "For torchao models, quantize with granularity=PerTensor() (or kernel_preference=KernelPreference.TORCH "
-           "with PerTensor()): torchao then calls torch._scaled_mm, which is served.",
-    _FBGEMM: "Call torch._scaled_mm with tensor-wise scales instead, or replace the layer with "
+    _MSLK: "For torchao models, quantize with granularity=PerTensor(), or PerRow() with "
+           "kernel_preference=KernelPreference.TORCH: torchao then calls torch._scaled_mm, which is served (row-wise "
+           "scales experimentally, warned).",
+    _FBGEMM: "Call torch._scaled_mm with tensor-wise or row-wise scales instead, or replace the layer with "
              "mmaemu.nn.EmulatedFP8Linear.",
     _VLLM: "Replace the FP8 linear layers with mmaemu.nn.EmulatedFP8Linear (tensor-wise scales).",
     _SGL: "Replace the FP8 linear layers with mmaemu.nn.EmulatedFP8Linear (tensor-wise scales).",

@@ -9,13 +9,14 @@ The contract (arguments, defaults, what raises) is torch 2.7.1's ``torch._scaled
 from __future__ import annotations
 
 import warnings
+from typing import NamedTuple
 
 import torch
 
 from .accumulation import plan_accumulation
 from .backends import Backend, parse_backend, require, resolve_backend
 from .backends import run as run_backend
-from .checks import CheckedCall, check_call, cublaslt_bias
+from .checks import CheckedCall, ScalingType, check_call, cublaslt_bias
 from .epilogue import BiasOrder, scratch_epilogue
 from .errors import (
     warn_caller,
@@ -26,6 +27,7 @@ from .errors import (
 )
 from .formats import FP8_DTYPES, WIDE_DTYPES, OutFormat, fp8_format_of, wide_format_of
 from ._host import check_cpu_subnormals, refuse_autograd
+from .kernels.rowwise import KernelPlan, prepare_rowwise, run_rowwise
 from .options import Options
 from ._out import out_resize_warning, resize_out_like_torch
 from .platforms.profiles import Profile, get_profile
@@ -42,7 +44,7 @@ from .model import dot
 from .presets import Accumulator, Architecture, CMode, Preset, instruction_preset
 from .split import AUTO, Scheme, SplitK, SplitKArg, SplitKSpec, parse_splitk
 
-__all__ = ["scaled_mm", "accumulate", "decide_split", "prepare_call"]
+__all__ = ["scaled_mm", "accumulate", "decide_split", "prepare_call", "PreparedCall"]
 
 
 def decide_split(profile: Profile, problem: Problem, splitk: SplitKSpec) -> SplitDecision:
@@ -346,6 +348,24 @@ def _zoo_preset(a: torch.Tensor, b: torch.Tensor, preset: str | Preset | None, p
     return resolved
 
 
+class PreparedCall(NamedTuple):
+    """Every decision of a call before its arithmetic (:func:`prepare_call`).
+
+    Attributes:
+        profile: the reference platform.
+        checked: the call as torch's checks saw it.
+        decision: cuBLASLt's split-K decision (None for an empty or row-wise call).
+        backend: the backend that computes.
+        kernel: for row-wise scales, the CUTLASS kernel's plan (:mod:`mmaemu.kernels`); else None.
+    """
+
+    profile: Profile
+    checked: CheckedCall
+    decision: SplitDecision | None
+    backend: Backend
+    kernel: KernelPlan | None
+
+
 def prepare_call(
     mat1: torch.Tensor,
     mat2: torch.Tensor,
@@ -359,7 +379,7 @@ def prepare_call(
     profile: str | Profile | None,
     splitk: SplitKSpec,
     backend: str | Backend,
-) -> tuple[Profile, CheckedCall, SplitDecision | None, Backend]:
+) -> PreparedCall:
     """The checks and decisions shared by :func:`scaled_mm` and :func:`explain` (raises on refusal).
 
     Modifies nothing: ``out`` is resized and written by :func:`scaled_mm` only after this returned
@@ -373,7 +393,10 @@ def prepare_call(
                          resize_out=False)
     require(chosen, device, prof.preset)
     decision = None
-    if not checked.empty:
+    kernel = None
+    if checked.scaling is ScalingType.ROW_WISE:
+        kernel = prepare_rowwise(prof, checked, mat1, mat2, scale_a, scale_b, bias, out, options.splitk)
+    elif not checked.empty:
         assert checked.out_format is not None
         problem = Problem(checked.m, checked.n, checked.k, checked.fmt_a, checked.fmt_b, checked.out_format, checked.fast)
         decision = decide_split(prof, problem, options.splitk)
@@ -382,7 +405,7 @@ def prepare_call(
         plan = plan_accumulation(checked.k, fast=checked.fast, split=split)
         if plan.unverified_empty_parts:
             warn_caller(_empty_parts_message(split, plan.k, plan.unverified_empty_parts), UnverifiedSplitWarning)
-    if bias is not None and prof.bias_order is None and not checked.empty:
+    if bias is not None and prof.bias_order is None and not checked.empty and kernel is None:
         warn_caller(
             f"{prof.name}: bias= is experimental: no recording of the {prof.gpu}'s biased output decides where its "
             f"epilogue adds the bias; computed as {BiasOrder.AFTER_SCALE.value!r} (mmaemu.epilogue.BiasOrder: scaled "
@@ -390,7 +413,7 @@ def prepare_call(
     resize_message = out_resize_warning(out, checked.m, checked.n)
     if resize_message is not None:
         warn_caller(resize_message, UserWarning)
-    return prof, checked, decision, chosen
+    return PreparedCall(prof, checked, decision, chosen, kernel)
 
 
 def _empty_parts_message(split: SplitK, k: int, empty: tuple[int, ...]) -> str:
@@ -420,14 +443,18 @@ def scaled_mm(
     Args:
         mat1: ``[M, K]`` FP8 (``float8_e4m3fn`` or ``float8_e5m2``), row-major.
         mat2: ``[K, N]`` FP8, column-major as torch requires (``w.t()`` of a ``[N, K]`` weight).
-        scale_a, scale_b: fp32 tensor-wise scales of ``mat1`` and ``mat2`` (one element, any shape).
+        scale_a, scale_b: fp32 tensor-wise scales of ``mat1`` and ``mat2`` (one element, any shape), or
+            row-wise ones (``[M, 1]`` and ``[1, N]``, contiguous, with a bf16 output): experimental, computed as
+            torch 2.7.1's CUTLASS kernel for the profile's GPU (:mod:`mmaemu.kernels`), with an
+            ``UnrecordedKernelWarning`` on every call; ``explain`` shows the kernel and its order.
         bias: experimental: N elements of the output's dtype, bf16 or fp16, of any shape (torch 2.7.1's
             rules), added in the epilogue (:mod:`mmaemu.epilogue`, [Note: bias]); warns
             (``UnverifiedEpilogueWarning``) unless the profile's recording decided the bias order. The N
             elements added are those cuBLASLt reads: densely from the bias's data pointer, whatever its
             strides (:func:`mmaemu.checks.cublaslt_bias`). Not with an FP8 output, nor one whose N elements
             would leave its storage or whose data pointer is not 16-byte aligned (``UnsupportedFeatureError``);
-            M, N or K = 0 returns torch's early result, no bias added.
+            M, N or K = 0 returns torch's early result, no bias added. With row-wise scales the bias is a
+            bf16 vector (torch's row-wise checks) added by the kernel's fused epilogue.
         scale_result: fp32 scalar multiplying the result before an FP8 output's conversion.
         out_dtype: output dtype; default ``mat1.dtype`` (as torch).
         use_fast_accum: as torch; default False (slow accumulation).
@@ -445,7 +472,8 @@ def scaled_mm(
     Raises:
         ReferenceRejectsError: every call torch 2.7.1 or the reference cuBLASLt rejects, with
             torch's message (a ``RuntimeError``).
-        UnsupportedFeatureError: row-wise or block-wise scales, a bias with an FP8 output, a bias
+        UnsupportedFeatureError: block-wise scales, row-wise scales on a profile without a kernel model
+            or with layouts whose result the kernel leaves undetermined, a bias with an FP8 output, a bias
             cuBLASLt would read beyond its storage or from a pointer not 16-byte aligned, inputs
             requiring grad in grad mode (any of them, ``bias`` included), an ``out=`` layout torch would
             not write.
@@ -467,11 +495,13 @@ def scaled_mm(
         >>> y[0, :3]
         tensor([1920., 1920., 1920.], dtype=torch.bfloat16)
     """
-    prof, checked, decision, chosen = prepare_call(
+    prof, checked, decision, chosen, kernel = prepare_call(
         mat1, mat2, scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum, out,
         profile, splitk, backend,
     )
-    if checked.empty or decision is None:
+    if kernel is not None:
+        result = run_rowwise(kernel, mat1, mat2, scale_a, scale_b, bias, chosen)
+    elif checked.empty or decision is None:
         result = torch.zeros((checked.m, checked.n), dtype=checked.out_dtype, device=mat1.device)
     else:
         assert checked.out_format is not None

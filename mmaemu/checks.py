@@ -6,10 +6,12 @@
   call torch 2.7.1 or the reference cuBLASLt rejects;
 - :class:`TypeError` where torch's argument parser raises one;
 - :class:`~mmaemu.errors.UnsupportedFeatureError` for calls the reference GPU runs but mmaemu does
-  not model (row-wise or block-wise scales, a bias with an FP8 output, a bias read past its storage
+  not model (block-wise scales, a bias with an FP8 output, a bias read past its storage
   or from a misaligned pointer ([Note: bias memory]), any input requiring grad in grad mode, empty
   calls included, an ``out=`` layout that torch would silently not write); a bias with a bf16 or fp16
-  output passes (experimental: :mod:`mmaemu.epilogue`, [Note: bias]);
+  output passes (experimental: :mod:`mmaemu.epilogue`, [Note: bias]); row-wise scales pass torch's
+  row-wise checks (:mod:`mmaemu._rowwise_checks`) and are returned as such (``scaling``): which kernel
+  serves them is the caller's decision (:mod:`mmaemu.kernels`);
 - :class:`~mmaemu.errors.MmaemuError` when the CPU flushes subnormals (it would change the arithmetic);
 - :class:`ValueError` for tensors on the ``meta`` device (they hold no values to compute with);
 - :class:`RuntimeError` (not a ``ReferenceRejectsError``) for an ``out`` that shares memory with an
@@ -56,6 +58,7 @@ cuBLASLt reports for it is unverified (mmaemu reports CUBLAS_STATUS_NOT_SUPPORTE
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass
 
@@ -65,6 +68,7 @@ from .errors import ReferenceRejectsError, UnsupportedFeatureError
 from .formats import Fp8Format, OutFormat, out_format_or_none
 from ._host import check_cpu_subnormals, refuse_autograd
 from ._out import check_out_overlap, resize_out_like_torch
+from ._rowwise_checks import check_rowwise
 
 __all__ = [
     "ScalingType",
@@ -143,6 +147,7 @@ class CheckedCall:
         out_format: the output format (None only for an empty call whose dtype no GEMM produces).
         fast: use_fast_accum.
         empty: M, N or K is 0: torch returns early (zeros when K == 0) without running cuBLASLt.
+        scaling: tensor-wise (cuBLASLt) or row-wise (torch's CUTLASS kernel, :mod:`mmaemu.kernels`).
     """
 
     m: int
@@ -154,6 +159,7 @@ class CheckedCall:
     out_format: OutFormat | None
     fast: bool
     empty: bool
+    scaling: ScalingType = ScalingType.TENSOR_WISE
 
 
 def _reject(message: str) -> ReferenceRejectsError:
@@ -329,7 +335,9 @@ def check_call(
         if resize_out:
             resize_out_like_torch(out, m, n)
         return _checked(m, n, k, mat1, mat2, result_dtype, use_fast_accum, empty=True)
-    _refuse_unmodelled_scaling(scaling, result_dtype, mat2)
+    if scaling is ScalingType.ROW_WISE:
+        return _rowwise(mat1, mat2, scale_a, scale_b, bias, scale_result, out, result_dtype, use_fast_accum, resize_out)
+    _refuse_unmodelled_scaling(scaling)
     if not (_mat1_layout_ok(mat1) and _mat2_layout_ok(mat2)):
         raise _reject("Only multiplication of row-major and column-major matrices is supported by cuBLASLt")
     out_fmt = _check_cublaslt(mat1, mat2, bias, result_dtype, m, n, k)
@@ -437,19 +445,28 @@ def _check_operand_dtypes(mat1: torch.Tensor, mat2: torch.Tensor, bias: torch.Te
         )
 
 
-def _refuse_unmodelled_scaling(scaling: ScalingType, result_dtype: torch.dtype, mat2: torch.Tensor) -> None:
-    """Row-wise scales (after torch's own checks of them) and block-wise scales: not modelled."""
-    if scaling is ScalingType.ROW_WISE:
-        if result_dtype != torch.bfloat16:
-            raise _reject("Only bf16 high precision output types are supported for row-wise scaling.")
-        if mat2.dtype != torch.float8_e4m3fn:
-            raise _reject(_bare_check("b.dtype() == at::kFloat8_e4m3fn"))
-        raise UnsupportedFeatureError(
-            "row-wise scales are not modelled: cuBLAS routes them to a CUTLASS kernel whose result depends on the "
-            "GPU's SM count"
-        )
+def _rowwise(mat1: torch.Tensor, mat2: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
+             bias: torch.Tensor | None, scale_result: torch.Tensor | None, out: torch.Tensor | None,
+             result_dtype: torch.dtype, fast: bool, resize_out: bool) -> CheckedCall:
+    """The rest of a row-wise call's checks: torch's (:func:`mmaemu._rowwise_checks.check_rowwise`), then mmaemu's."""
+    check_rowwise(mat1, mat2, scale_a, scale_b, bias, out, result_dtype)
+    refuse_autograd_inputs(mat1, mat2, scale_a, scale_b, bias, scale_result, out)
+    if mat1.device.type == "cpu":
+        check_cpu_subnormals()
+    m, n = int(mat1.shape[0]), int(mat2.shape[1])
+    if resize_out:
+        resize_out_like_torch(out, m, n)
+    checked = _checked(m, n, int(mat1.shape[1]), mat1, mat2, result_dtype, fast, empty=False)
+    return dataclasses.replace(checked, scaling=ScalingType.ROW_WISE)
+
+
+def _refuse_unmodelled_scaling(scaling: ScalingType) -> None:
+    """Block-wise (MX, e8m0) scales: not modelled."""
     if scaling is ScalingType.BLOCK_WISE:
-        raise UnsupportedFeatureError("block-wise (MX, e8m0) scales are not modelled")
+        raise UnsupportedFeatureError(
+            "block-wise e8m0 scales (the MX recipes: MXFP8 as torchao's MXTensor passes them) are not modelled: no "
+            "recording shows what the reference platform computes or refuses for them"
+        )
 
 
 def _check_cublaslt(mat1: torch.Tensor, mat2: torch.Tensor, bias: torch.Tensor | None, result_dtype: torch.dtype,
@@ -477,13 +494,6 @@ def _check_cublaslt(mat1: torch.Tensor, mat2: torch.Tensor, bias: torch.Tensor |
             f"transpose_mat2 n m {n} n {m} k {k} mat1_ld {lda} mat2_ld {ldb} result_ld {n} computeType 68 scaleType 0"
         )
     return out_fmt
-
-
-def _bare_check(condition: str) -> str:
-    return (
-        f"Expected {condition} to be true, but got false.  (Could this error message be improved?  If so, "
-        "please report an enhancement request to PyTorch.)"
-    )
 
 
 def _checked(

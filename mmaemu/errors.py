@@ -30,6 +30,7 @@ __all__ = [
     "ExperimentalPresetWarning",
     "UnverifiedEpilogueWarning",
     "InferredSplitWarning",
+    "UnrecordedKernelWarning",
     "UntrustedCacheWarning",
 ]
 
@@ -110,6 +111,12 @@ class ExperimentalPresetWarning(MmaemuWarning):
 
 class UnverifiedEpilogueWarning(MmaemuWarning):
     """An epilogue step no hardware recording has decided (``bias=``: where cuBLASLt adds the bias)."""
+
+
+class UnrecordedKernelWarning(MmaemuWarning):
+    """A kernel whose choices are read from its source and machine code, not recorded on the reference GPU:
+    torch 2.7.1's row-wise CUTLASS kernels (:mod:`mmaemu.kernels`: their dispatch, accumulation and epilogue
+    order). Every such call warns, unless the profile's recording decided the kernel's choices."""
 
 
 class InferredSplitWarning(MmaemuWarning):

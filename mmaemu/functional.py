@@ -1,16 +1,17 @@
-"""``torch.nn.functional.scaled_mm`` (``torch._scaled_mm_v2``) on mmaemu: tensor-wise scales only.
+"""``torch.nn.functional.scaled_mm`` (``torch._scaled_mm_v2``) on mmaemu: tensor-wise and row-wise scales.
 
 torch >= 2.10's public FP8 GEMM describes each operand's scaling by a recipe (``ScalingType``) and a
 scale swizzle (``SwizzleType``). With a tensor-wise recipe on both operands and no swizzle, it is
-the same cuBLASLt call as ``torch._scaled_mm`` with one-element scales, so :func:`scaled_mm_v2`
-checks the arguments as torch 2.13 checks that API, then returns :func:`mmaemu.scaled_mm`'s bits for
-the equivalent call (whose torch 2.7.1 and cuBLASLt checks also apply). torch's checks come first,
-"not modelled" after: the operands as ``_check_scaled_mm_sizes_v2`` (``torch/_meta_registrations.py``)
-checks them on its CUDA path; the recipe pair and scales as the CUDA kernel does
-(:func:`_check_recipes`). A pair torch accepts but mmaemu does not model (row-wise, the block-wise and MX
-recipes, NVFP4), a swizzle and a non-default ``contraction_dim`` raise
-:class:`~mmaemu.errors.UnsupportedFeatureError` naming it. ``scaled_mm_v2`` takes no ``scale_result``:
-the API has none.
+the same cuBLASLt call as ``torch._scaled_mm`` with one-element scales, and with a row-wise recipe on
+both operands the same call with ``[M, 1]`` and ``[1, N]`` scales (torch 2.7.1's CUTLASS row-wise
+kernel: :mod:`mmaemu.kernels`, experimental, warned), so :func:`scaled_mm_v2` checks the arguments as
+torch 2.13 checks that API, then returns :func:`mmaemu.scaled_mm`'s bits for the equivalent call (whose
+torch 2.7.1 checks also apply). torch's checks come first, "not modelled" after: the operands as
+``_check_scaled_mm_sizes_v2`` (``torch/_meta_registrations.py``) checks them on its CUDA path; the
+recipe pair and scales as the CUDA kernel does (:func:`_check_recipes`). A pair torch accepts but mmaemu
+does not model (the block-wise and MX recipes, NVFP4), a swizzle and a non-default ``contraction_dim``
+raise :class:`~mmaemu.errors.UnsupportedFeatureError` naming it. ``scaled_mm_v2`` takes no
+``scale_result``: the API has none.
 
 Recipes and swizzles are accepted as torch's enums (``torch.nn.functional.ScalingType``) or their
 integer values, singly or as lists, as ``F.scaled_mm`` and the aten op take them.
@@ -226,13 +227,14 @@ def v1_arguments(mat_a: torch.Tensor, mat_b: torch.Tensor, scale_a: Any, scale_r
     """The one-element scales of the ``torch._scaled_mm`` call a ``_scaled_mm_v2`` call is.
 
     Checks in torch 2.13's order: the operands (:func:`_check_layout`), then the recipe pair and its
-    scales (:func:`_check_recipes`); then what mmaemu does not model. Modifies nothing.
+    scales (:func:`_check_recipes`); then what mmaemu does not model. Modifies nothing. Row-wise scales
+    become ``scale_a`` as given (``[M, 1]``) and ``scale_b`` as ``[1, N]`` (a view of its N elements).
 
     Raises:
         ReferenceRejectsError: what torch 2.13 raises as a ``RuntimeError``, with its message;
             :class:`~mmaemu.errors.ReferenceRejectsValueError` (also a ``ValueError``) for its ``ValueError``s.
-        UnsupportedFeatureError: a recipe pair torch accepts other than tensor-wise on both operands, a
-            swizzle, or a ``contraction_dim`` other than ``()`` or ``(1, 0)``, naming it.
+        UnsupportedFeatureError: a recipe pair torch accepts other than tensor-wise or row-wise on both operands,
+            a swizzle, or a ``contraction_dim`` other than ``()`` or ``(1, 0)``, naming it.
         IndexError: torch's own, where its row-wise check reads a dimension a scale lacks.
         TypeError: recipes, swizzles or scales of the wrong type.
     """
@@ -243,20 +245,24 @@ def v1_arguments(mat_a: torch.Tensor, mat_b: torch.Tensor, scale_a: Any, scale_r
     swz_a, swz_b = (_codes(s, SWIZZLES, f"swizzle_{x}") for s, x in ((swizzle_a, "a"), (swizzle_b, "b")))
     scales_a, scales_b = _scales(scale_a, "scale_a"), _scales(scale_b, "scale_b")
     _check_layout(mat_a, mat_b)
-    _check_recipes(mat_a, mat_b, scales_a, recipe_a, scales_b, recipe_b)
-    if recipe_a != [_TENSOR_WISE] or recipe_b != [_TENSOR_WISE]:
+    chosen = _check_recipes(mat_a, mat_b, scales_a, recipe_a, scales_b, recipe_b)
+    rowwise = chosen == "rowwise_rowwise"
+    if not rowwise and (recipe_a != [_TENSOR_WISE] or recipe_b != [_TENSOR_WISE]):
         raise UnsupportedFeatureError(
             f"scaling recipes {_recipe_name(recipe_a)} (mat_a) and {_recipe_name(recipe_b)} (mat_b) are not modelled: "
-            "mmaemu serves torch.nn.functional.scaled_mm with ScalingType.TensorWise on both operands only (row-wise "
-            "scales run a CUTLASS kernel whose result depends on the SM count; block-wise and MX recipes are not modelled)"
+            "mmaemu serves torch.nn.functional.scaled_mm with ScalingType.TensorWise or ScalingType.RowWise on both "
+            "operands (the block-wise recipes BlockWise1x128 and BlockWise128x128, the MX recipe BlockWise1x32 and the "
+            "NVFP4 recipes BlockWise1x16 are not modelled)"
         )
     for name, codes in (("swizzle_a", swz_a), ("swizzle_b", swz_b)):
         if any(c != _NO_SWIZZLE for c in codes):
             raise UnsupportedFeatureError(f"{name}={' + '.join(SWIZZLES[c] for c in codes)} is not modelled: tensor-wise "
-                                          "scales take no swizzle (pass None or SwizzleType.NO_SWIZZLE)")
+                                          "and row-wise scales take no swizzle (pass None or SwizzleType.NO_SWIZZLE)")
     if tuple(contraction_dim) not in ((), (1, 0)):
         raise UnsupportedFeatureError(f"contraction_dim={list(contraction_dim)} is not modelled: mmaemu serves the "
                                       "default contraction (mat_a's dimension 1 with mat_b's dimension 0)")
+    if rowwise:
+        return scales_a[0], scales_b[0].reshape(1, mat_b.size(1))
     return scales_a[0], scales_b[0]
 
 
@@ -279,14 +285,14 @@ def scaled_mm_v2(
     backend: str | Backend = "auto",
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """``torch.nn.functional.scaled_mm`` with the bits of the profile's reference GPU (tensor-wise scales).
+    """``torch.nn.functional.scaled_mm`` with the bits of the profile's reference GPU (tensor-wise or row-wise scales).
 
     The arguments are ``F.scaled_mm``'s (``output_dtype`` defaults to bf16 there too; ``None`` means
     ``mat_a``'s dtype, as the aten op); ``profile``, ``splitk`` and ``backend`` are
     :func:`mmaemu.scaled_mm`'s. NaN, Inf and -0 as :func:`mmaemu.scaled_mm`.
 
     Raises:
-        UnsupportedFeatureError: a recipe other than tensor-wise on both operands, a swizzle, a
+        UnsupportedFeatureError: a recipe other than tensor-wise or row-wise on both operands, a swizzle, a
             non-default ``contraction_dim`` (naming it); and what :func:`mmaemu.scaled_mm` raises
             for the equivalent call.
         ReferenceRejectsError: torch 2.13's rejections of this API, then torch 2.7.1's and the

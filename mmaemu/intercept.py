@@ -25,12 +25,13 @@ sgl-kernel's ``fp8_scaled_mm``, ...), matched by qualified name when called with
 their library was loaded. None is modelled: each raises :class:`~mmaemu.UnsupportedFeatureError` naming
 the operator and its library, or runs natively under ``fallback="native"``, counted.
 
-Calls mmaemu cannot serve (row-wise or block-wise scales, ``_scaled_mm_v2`` recipes other than
-tensor-wise on both operands, a bias with an FP8 output, inputs requiring grad, the third-party
+Calls mmaemu cannot serve (block-wise scales, ``_scaled_mm_v2`` recipes other than tensor-wise or
+row-wise on both operands, a bias with an FP8 output, inputs requiring grad, the third-party
 operators, an FP8 GEMM on fake, functional or meta tensors or under a tracer: a trace) raise
 :class:`~mmaemu.UnsupportedFeatureError`, or with ``fallback="native"`` run natively and are counted in
 ``log.native``. A bias with a bf16 or fp16 output is served, experimentally, and warns
-(:class:`~mmaemu.UnverifiedEpilogueWarning`). Calls the reference platform rejects raise
+(:class:`~mmaemu.UnverifiedEpilogueWarning`); so are row-wise scales (torch 2.7.1's CUTLASS kernel,
+:mod:`mmaemu.kernels`; :class:`~mmaemu.UnrecordedKernelWarning`). Calls the reference platform rejects raise
 :class:`~mmaemu.ReferenceRejectsError` and shapes no evidence decides raise
 :class:`~mmaemu.SplitKUnknownError` whatever ``fallback`` says: a native result there would not be
 the reference platform's.
@@ -293,7 +294,7 @@ class _ScaledMmMode(TorchDispatchMode):
 class emulate:  # noqa: N801 - used like a function: ``with mmaemu.emulate(...) as log``
     """Context manager: every FP8 GEMM call in the block returns the profile's bits.
 
-    ``torch._scaled_mm``, ``torch.nn.functional.scaled_mm`` (tensor-wise scales) and the aten
+    ``torch._scaled_mm``, ``torch.nn.functional.scaled_mm`` (tensor-wise and row-wise scales) and the aten
     operators behind them, from any caller, tensor subclasses such as torchao's included
     (:mod:`mmaemu.intercept`). Known third-party FP8 GEMM operators (torchao, mslk, FBGEMM, vLLM,
     sgl-kernel) are not modelled: they raise, or run natively and are counted. Blocks nest: the

@@ -25,10 +25,12 @@ from .errors import (
     InferredSplitWarning,
     MmaemuError,
     SplitKUnknownError,
+    UnrecordedKernelWarning,
     UnvalidatedEnvelopeWarning,
     UnverifiedEpilogueWarning,
     UnverifiedSplitWarning,
 )
+from .kernels.rowwise import KernelPlan
 from .platforms.profiles import Profile, get_profile
 from .platforms.splitk import (
     Problem,
@@ -66,6 +68,8 @@ class CallPlan:
         split_steps: for a call no split-K source decides (``SplitKUnknownError``), what each source of
             ``splitk="auto"`` found, in order; empty otherwise.
         advice: for such a call, what is known nearby and what to do, one sentence each.
+        kernel: for row-wise scales, the CUTLASS kernel that computes the call and the order it assumes
+            (:class:`~mmaemu.kernels.rowwise.KernelPlan`); None otherwise.
     """
 
     validation: str | tuple[str, str]
@@ -83,6 +87,7 @@ class CallPlan:
     reason: str | None = None
     split_steps: tuple[SplitStep, ...] = ()
     advice: tuple[str, ...] = ()
+    kernel: KernelPlan | None = None
 
     @property
     def ok(self) -> bool:
@@ -112,6 +117,10 @@ class CallPlan:
             width = max(len(step.source.value) for step in self.split_steps) + 1
             lines.extend(f"    {step.source.value + ':':{width}} {step.why}" for step in self.split_steps)
             lines.extend(f"  {'to decide:' if i == 0 else '':11} {line}" for i, line in enumerate(self.advice))
+        if self.kernel is not None:
+            first, *rest = self.kernel.lines()
+            lines.append(f"  kernel:     {first}")
+            lines.extend(f"              {line}" for line in rest)
         if self.backend is not None:
             lines.append(f"  backend:    {self.backend}" + (f" (fallback: {self.fallback})" if self.fallback else ""))
         for cls, message in self.warnings:
@@ -135,6 +144,7 @@ class CallPlan:
             f"reason={self.reason!r}",
             f"split_steps={self.split_steps!r}",
             f"advice={self.advice!r}",
+            f"kernel={self.kernel!r}",
         ]
         return "CallPlan(" + ",\n         ".join(fields) + ")"
 
@@ -219,13 +229,14 @@ def explain(
     prof: Profile | None = None
     decision: SplitDecision | None = None
     chosen: Backend | None = None
+    kernel: KernelPlan | None = None
     checked: CheckedCall | None = None
     validation: str | tuple[str, str] = "ok"
     steps: tuple[SplitStep, ...] = ()
     advice: tuple[str, ...] = ()
     with _record_warnings() as caught:
         try:
-            prof, checked, decision, chosen = prepare_call(
+            prof, checked, decision, chosen, kernel = prepare_call(
                 mat1, mat2, scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum, out,
                 profile, splitk, backend,
             )
@@ -259,6 +270,7 @@ def explain(
         reason=reason,
         split_steps=steps,
         advice=advice,
+        kernel=kernel if validation == "ok" else None,
     )
 
 
@@ -310,6 +322,6 @@ def _validated(validation: str | tuple[str, str], prof: Profile | None, decision
 #: The warnings that mean a result is not validated on hardware.
 _UNVERIFIED_WARNINGS = frozenset(w.__name__ for w in (ExperimentalPresetWarning, UnverifiedEpilogueWarning,
                                                       UnverifiedSplitWarning, UnvalidatedEnvelopeWarning,
-                                                      InferredSplitWarning))
+                                                      InferredSplitWarning, UnrecordedKernelWarning))
 
 

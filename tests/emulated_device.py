@@ -40,15 +40,16 @@ class EmulatedDevice:
     Heuristic (synthetic): no split without a workspace; else S = min(4, K // 2048) when K >= 4096 and
     M * N <= 8192, else 1; customOption 1 (pairwise on the round-robin family) for S = 3, else 0.
     E4M3 x E4M3 -> E5M2 is rejected. Outputs: ``mmaemu.scaled_mm`` under ``preset`` with that split (and, for
-    biased calls, ``bias_order``).
+    biased calls, ``bias_order``; for row-wise calls, the row-wise kernel candidate ``rowwise_kernel``, by default
+    the base profile's architecture's model).
     """
 
     def __init__(self, base: str = "hopper", preset: Preset | None = None, torch_workspace: int = 1 << 20,
-                 bias_order: BiasOrder = BiasOrder.AFTER_SCALE) -> None:
+                 bias_order: BiasOrder = BiasOrder.AFTER_SCALE, rowwise_kernel: str | None = None) -> None:
         profile = get_profile(base)
         self.family = profile.split_family
         self.profile: Profile = dataclasses.replace(profile, name="emulated-device", preset=preset or profile.preset,
-                                                    table_id=None, bias_order=bias_order)
+                                                    table_id=None, bias_order=bias_order, rowwise_kernel=rowwise_kernel)
         self.torch_workspace = torch_workspace
         self.base = base
 
@@ -82,11 +83,12 @@ class EmulatedDevice:
                   scale_result: torch.Tensor | None, out_dtype: torch.dtype, fast: bool,
                   bias: torch.Tensor | None = None) -> torch.Tensor:
         fp8_format_of(a.dtype)
+        rowwise = scale_a.numel() > 1 or scale_b.numel() > 1  # torch 2.7.1's CUTLASS kernel: no cuBLASLt split
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", mmaemu.MmaemuWarning)
             return mmaemu.scaled_mm(a, b.t(), scale_a, scale_b, bias, scale_result=scale_result, out_dtype=out_dtype,
                                     use_fast_accum=fast, profile=self.profile,
-                                    splitk=self.split_of(a.shape[0], b.shape[0], a.shape[1]))
+                                    splitk="auto" if rowwise else self.split_of(a.shape[0], b.shape[0], a.shape[1]))
 
 
 def copy_recording(src: Path, tmp_path: Path, *, keep_report: bool = True) -> Path:

@@ -44,6 +44,8 @@ __all__ = [
     "fp8_dot_fp16acc_rewrite",
     "fp8_to_fp16_bits",
     "fp16_add_bits",
+    "chains_sum",
+    "epilogue_rowwise",
 ]
 
 
@@ -670,6 +672,40 @@ def epilogue_bias(acc_bits: int, scale_a_bits: int, scale_b_bits: int, out_dtype
     if y[0] == "nan":
         return CANONICAL_NAN[out_dtype]
     return encode_rne(y, out_dtype, overflow="inf")
+
+
+def chains_sum(a_codes, b_codes, chains, fmt_a, fmt_b, block_size, frac_bits) -> int:
+    """A thread block's accumulator as chains of blocks (docs: mmaemu.kernels.plans, written from CUTLASS's
+    main loops, not from the package): each chain is a list of k indices, ``None`` standing for a padding
+    position (a zero product in both operands); each chain is :func:`dot` from +0 over its positions in
+    blocks of ``block_size``; the chain results are added in order into an fp32 accumulator from +0 (RNE)."""
+    acc = 0x00000000
+    for chain in chains:
+        a = [0 if k is None else a_codes[k] for k in chain]
+        b = [0 if k is None else b_codes[k] for k in chain]
+        acc = fp32_add_bits(acc, dot(a, b, 0, fmt_a, fmt_b, block_size, frac_bits))
+    return acc
+
+
+def epilogue_rowwise(acc_bits: int, s1_bits: int, s2_bits: int, bias_bits: int | None, fused: bool = True,
+                     plus_zero: bool = True) -> int:
+    """The row-wise CUTLASS epilogue (written from torch 2.7.1's RowwiseScaledMM.cu EVT and the SASS the
+    research quotes): t = RN32(acc * s1); y = RN32(t * s2 + beta) in one rounding (``fused``) or
+    RN32(RN32(t * s2) + beta); beta = the bf16 bias widened exactly, or +0 without a bias (``plus_zero``;
+    otherwise nothing is added); then bf16 RNE from y (overflow to inf); NaN -> bf16 0x7FFF."""
+    t = fp32_mul_bits(acc_bits, s1_bits)
+    if bias_bits is None and not plus_zero:
+        y_bits = fp32_mul_bits(t, s2_bits)
+    else:
+        beta = f32_value(0) if bias_bits is None else decode(bias_bits, _fmt("bfloat16"))
+        if fused:
+            y_bits = f32_bits_from_value(_fma_exact(f32_value(t), f32_value(s2_bits), beta))
+        else:
+            y_bits = fp32_add_bits(fp32_mul_bits(t, s2_bits), f32_bits_from_value(beta))
+    y = f32_value(y_bits)
+    if y[0] == "nan":
+        return CANONICAL_NAN["bfloat16"]
+    return encode_rne(y, "bfloat16", overflow="inf")
 
 
 def gemm_output(a_row_codes, b_row_codes, fmt_a, fmt_b, block_size, frac_bits, fast, splits,

@@ -76,6 +76,10 @@ class Profile:
         bias_order: where this platform's epilogue adds a bias, when a recording's bias probes decided it;
             None (every shipped profile): not recorded, so a biased call runs the default candidate
             (:class:`~mmaemu.epilogue.BiasOrder`) with an :class:`~mmaemu.errors.UnverifiedEpilogueWarning`.
+        rowwise_kernel: the name of the row-wise kernel model (:func:`mmaemu.kernels.model.kernel_model`) a
+            recording's row-wise probes decided; None (every shipped profile): not recorded, so a row-wise call
+            runs the architecture's model from the source (:func:`mmaemu.kernels.model.rowwise_model_for`) with
+            an :class:`~mmaemu.errors.UnrecordedKernelWarning`.
     """
 
     name: str
@@ -92,6 +96,7 @@ class Profile:
     source: str
     evidence: dict[str, Any] | None = field(default=None, compare=False, repr=False)
     bias_order: BiasOrder | None = None
+    rowwise_kernel: str | None = None
 
     def __post_init__(self) -> None:
         if self.sm_count <= 0:

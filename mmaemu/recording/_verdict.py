@@ -22,6 +22,7 @@ from ..formats import Fp8Format
 from ..platforms.profiles import get_profile
 from ..presets import B200_MMA_SYNC, SM120
 from ._bias import BiasResult, bias_results, fitting_orders
+from ._rowwise import RowwiseResult, fitting_kernels, rowwise_results
 from .format import Recording
 from .probes import (
     PROBES_FORMAT,
@@ -33,7 +34,8 @@ from .probes import (
     one_thread,
 )
 
-__all__ = ["probe_document", "results_from_document", "sm120_note", "verdict_from_recording", "with_sm120_note"]
+__all__ = ["probe_document", "results_from_document", "sm120_note", "verdict_from_recording", "with_rowwise",
+           "with_sm120_note"]
 
 
 def probe_document(results: Sequence[ProbeResult], errors: Mapping[str, str] | None = None,
@@ -156,6 +158,9 @@ def verdict_from_recording(rec: Recording) -> ProbeVerdict:
     biased = bias_results(doc, rec.probe_arrays()) if doc is not None else []
     if biased:
         verdict = _with_bias(verdict, biased)
+    rowwise = rowwise_results(doc, rec.probe_arrays()) if doc is not None else []
+    if rowwise:
+        verdict = with_rowwise(verdict, rowwise, rec.environment.get("sm_count"))
     verdict = with_sm120_note(verdict, capability)
     _VERDICTS[key] = verdict
     return verdict
@@ -210,3 +215,22 @@ def _with_bias(verdict: ProbeVerdict, biased: Sequence[BiasResult]) -> ProbeVerd
     said = ", ".join(o.value for o in orders) if orders else "none"
     return dataclasses.replace(verdict, bias_probes=len(biased), bias_orders=orders, fits=verdict.fits and bool(orders),
                                summary=f"{verdict.summary}; bias order {said}")
+
+
+def with_rowwise(verdict: ProbeVerdict, results: Sequence[RowwiseResult], sm_count: object) -> ProbeVerdict:
+    """The verdict with the row-wise probes' answer: which candidates of the verdict's preset's row-wise kernel
+    reproduce every probe (the kernel of the recorded GPU's architecture, with its recorded SM count)."""
+    if verdict.preset is None:
+        return dataclasses.replace(verdict, rowwise_probes=len(results),
+                                   summary=verdict.summary + "; row-wise probes not analysed (no preset)")
+    sms = sm_count if isinstance(sm_count, int) and not isinstance(sm_count, bool) and 0 < sm_count < 1 << 16 else 1
+    profile = dataclasses.replace(get_profile("hopper", warn=False), name="rowwise-probes", preset=verdict.preset,
+                                  table_id=None, maturity=verdict.preset.maturity, sm_count=sms)
+    try:
+        with one_thread():
+            names = tuple(c.name for c in fitting_kernels(results, profile))
+    except ValueError as exc:  # no row-wise kernel model for this preset
+        return dataclasses.replace(verdict, rowwise_probes=len(results), summary=f"{verdict.summary}; row-wise: {exc}")
+    said = names[0] if len(names) == 1 else (f"{len(names)} candidates fit" if names else "no candidate fits")
+    return dataclasses.replace(verdict, rowwise_probes=len(results), rowwise_kernels=names,
+                               fits=verdict.fits and bool(names), summary=f"{verdict.summary}; row-wise kernel {said}")

@@ -346,10 +346,13 @@ class ProbeVerdict:
         custom_schemes: customOption -> schemes seen to fit it.
         notes: probes that could not be used, and why.
         fits: whether a preset, the emulator's slow interval (128) and (when split probes ran) a
-            split family all fit (and, when bias probes ran, at least one bias order).
+            split family all fit (and, when bias probes ran, at least one bias order; when row-wise probes
+            ran, exactly one row-wise kernel candidate).
         summary: one line.
         bias_probes: how many bias probes were recorded (:mod:`mmaemu.recording._bias`).
         bias_orders: the bias orders that reproduce every bias probe under the preset.
+        rowwise_probes: how many row-wise probes were recorded (:mod:`mmaemu.recording._rowwise`).
+        rowwise_kernels: the names of the row-wise kernel candidates that reproduce every row-wise probe.
     """
 
     candidates_tested: int
@@ -365,11 +368,18 @@ class ProbeVerdict:
     summary: str
     bias_probes: int = 0
     bias_orders: tuple[BiasOrder, ...] = ()
+    rowwise_probes: int = 0
+    rowwise_kernels: tuple[str, ...] = ()
 
     @property
     def bias_order(self) -> BiasOrder | None:
         """The bias order the bias probes decide (exactly one fits), else None."""
         return self.bias_orders[0] if len(self.bias_orders) == 1 else None
+
+    @property
+    def rowwise_kernel(self) -> str | None:
+        """The row-wise kernel candidate the row-wise probes decide (exactly one fits), else None."""
+        return self.rowwise_kernels[0] if len(self.rowwise_kernels) == 1 else None
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-able dict."""
@@ -387,6 +397,8 @@ class ProbeVerdict:
             "summary": self.summary,
             "bias_probes": self.bias_probes,
             "bias_orders": [o.value for o in self.bias_orders],
+            "rowwise_probes": self.rowwise_probes,
+            "rowwise_kernels": list(self.rowwise_kernels),
         }
 
 

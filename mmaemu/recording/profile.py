@@ -77,6 +77,8 @@ def _evidence(rec: Recording, proof: _ReplayProof, verdict: ProbeVerdict, preset
         "envelope": env_status, "heuristic_rows": n_rows, "heldout_rows": n_heldout,
         "bias_order": (verdict.bias_order.value if verdict.bias_order is not None and preset is None
                        else "not decided" if verdict.bias_probes else "not recorded"),
+        "rowwise_kernel": (verdict.rowwise_kernel if verdict.rowwise_kernel is not None and preset is None
+                           else "not decided" if verdict.rowwise_probes else "not recorded"),
     }
 
 
@@ -146,6 +148,7 @@ def profile_from_recording(directory: str | os.PathLike[str] | Recording, *, nam
         caller=Caller.TORCH, workspace_bytes=ws, maturity=Maturity.VALIDATED if validated else Maturity.EXPERIMENTAL,
         table_id=table.table_id, source=source, evidence=evidence,
         bias_order=verdict.bias_order if preset is None else None,
+        rowwise_kernel=verdict.rowwise_kernel if preset is None else None,
     )
     if register:
         register_profile(profile, table=table, replace=True)

@@ -45,6 +45,7 @@ from ..platforms.table import (
     table_codes,
 )
 from ._bias import BiasResult, bias_document, bias_probes
+from ._rowwise import RowwiseResult, rowwise_document, rowwise_probes
 from ._budget import Budget
 from ._device import CudaDevice, Device, default_torch_workspace
 from ._writer import RecordingWriter
@@ -245,10 +246,12 @@ class Recorder:
             self.budget.progress(done + 1, len(inputs))
         self.budget.progress(len(results), len(inputs), force=True)
         biased = self._bias_probes(errors) if status is SectionStatus.COMPLETE else []
+        rowwise = self._rowwise_probes(errors) if status is SectionStatus.COMPLETE else []
         verdict = with_sm120_note(analyse(results), self.device.environment().get("capability"))
         doc, arrays = probe_document(results, errors, {"verdict_at_recording": verdict.to_json()})
         doc["bias_probes"], bias_arrays = bias_document(biased)
-        writer.write_probes(doc, {**arrays, **bias_arrays})
+        doc["rowwise_probes"], rowwise_arrays = rowwise_document(rowwise)
+        writer.write_probes(doc, {**arrays, **bias_arrays, **rowwise_arrays})
         return status
 
     def _bias_probes(self, errors: dict[str, str]) -> list[BiasResult]:
@@ -265,6 +268,21 @@ class Recorder:
                 continue
             s, custom = (decision[0], decision[1]) if decision else (0, 0)
             results.append(BiasResult(p, out.contiguous(), s, custom))
+        return results
+
+    def _rowwise_probes(self, errors: dict[str, str]) -> list[RowwiseResult]:
+        """Run the row-wise probes (:mod:`mmaemu.recording._rowwise`); a refused one is an error entry (torch 2.7.1
+        refuses row-wise scales on GPUs other than sm_89, sm_9x and sm_10x)."""
+        results = []
+        for p in rowwise_probes():
+            m, n, _ = p.shape
+            try:
+                out = self.device.scaled_mm(p.a, p.b, p.scale_a.reshape(m, 1), p.scale_b.reshape(1, n), None,
+                                            torch.bfloat16, p.fast, bias=p.bias)
+            except Exception as exc:  # noqa: BLE001 - a probe torch refuses is reported, not fatal
+                errors[p.name] = f"{type(exc).__name__}: {exc}"
+                continue
+            results.append(RowwiseResult(p, out.contiguous()))
         return results
 
     # -- live calls ---------------------------------------------------------------------------------------

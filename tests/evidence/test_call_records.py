@@ -95,10 +95,17 @@ def _call_args(rec: dict[str, Any]) -> tuple[list[Any], dict[str, Any], torch.Te
     return positional, kwargs, out, args.get("grad_mode")
 
 
-def _expect_raises_or_biased(expected: type[BaseException], has_bias: bool, call: Any) -> None:
-    """The recorded exception; or, for a biased call the hardware ran (UnsupportedFeatureError recorded, output
-    not recorded), the experimental bias epilogue: served with an UnverifiedEpilogueWarning, unless another
-    unmodelled feature (row-wise scales, grad, an FP8 output) still raises."""
+def _expect_raises_or_biased(expected: type[BaseException], has_bias: bool, call: Any, rowwise: bool = False) -> None:
+    """The recorded exception; or, for a call the hardware ran whose output was not recorded (UnsupportedFeatureError
+    recorded): a biased call is served with an UnverifiedEpilogueWarning (the experimental bias epilogue), a row-wise
+    one with an UnrecordedKernelWarning (torch's CUTLASS kernel, mmaemu.kernels), unless another unmodelled feature
+    (grad, an FP8 output) still raises."""
+    if rowwise and expected is mmaemu.UnsupportedFeatureError:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            call()
+        assert any(issubclass(w.category, mmaemu.UnrecordedKernelWarning) for w in caught)
+        return
     if has_bias and expected is mmaemu.UnsupportedFeatureError:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -156,7 +163,7 @@ def test_call_record(rec: dict[str, Any], backend: str) -> None:
         warnings.simplefilter("ignore", mmaemu.MmaemuWarning)
         if rec["kind"] == "gemm":
             _expect_raises_or_biased(EXCEPTIONS[expect["error"]], "bias" in rec.get("call", {}),
-                                     lambda: _gemm_error_call(rec))
+                                     lambda: _gemm_error_call(rec), bool(rec.get("rowwise_scales")))
             return
         positional, kwargs, out, grad_mode = _call_args(rec)
         with _grad_mode(grad_mode):

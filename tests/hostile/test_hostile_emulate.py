@@ -38,8 +38,9 @@ def _served(a: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return torch._scaled_mm(a, w.t(), ONE, ONE, out_dtype=torch.bfloat16, use_fast_accum=True)
 
 
-def _row_wise(a: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    return torch._scaled_mm(a, w.t(), torch.ones(M, 1), torch.ones(1, N), out_dtype=torch.bfloat16)
+def _unservable(a: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """A call mmaemu refuses: a bias with an FP8 output (row-wise scales, refused here before, are served now)."""
+    return torch._scaled_mm(a, w.t(), ONE, ONE, torch.zeros(N, dtype=torch.bfloat16), out_dtype=E4)
 
 
 def _foreign(a: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -47,7 +48,7 @@ def _foreign(a: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 
 
 CALLS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
-    "served": _served, "row-wise": _row_wise, "foreign": _foreign}
+    "served": _served, "unservable": _unservable, "foreign": _foreign}
 
 
 @pytest.mark.parametrize("fallbacks", list(itertools.product(["raise", "native"], repeat=3)))
@@ -89,7 +90,7 @@ def test_a_native_run_that_raises_leaves_no_state() -> None:
                 _foreign(a, w[:, :512])  # K mismatch: the stand-in's matmul raises
         assert intercept._NATIVE_RUNS.depth == 0
         with pytest.raises(mmaemu.UnsupportedFeatureError):
-            _row_wise(a, w)  # the outer block decides again
+            _unservable(a, w)  # the outer block decides again
         got = _served(a, w)
     assert inner.native_calls == 0 and outer.served == {(M, N, K): 1}
     assert_bitwise_equal(got, mmaemu.scaled_mm(a, w.t(), ONE, ONE, out_dtype=torch.bfloat16, use_fast_accum=True,
@@ -126,7 +127,7 @@ def test_a_native_run_in_one_thread_does_not_open_the_door_in_another() -> None:
         with mmaemu.emulate() as log_b:
             results["served"] = _served(a, w)
             with pytest.raises(mmaemu.UnsupportedFeatureError):
-                _row_wise(a, w)
+                _unservable(a, w)
     finally:
         release.set()
         worker.join(60)
@@ -146,7 +147,7 @@ def test_four_threads_with_nested_blocks() -> None:
             for _ in range(3):
                 with mmaemu.emulate(fallback="raise") as outer, mmaemu.emulate("ada", fallback="native") as inner:
                     assert_bitwise_equal(_served(a, w), want)
-                    _row_wise(a, w)
+                    _unservable(a, w)
                     _foreign(a, w)
                 assert outer.served_calls == outer.native_calls == 0
                 assert inner.served_calls == 1 and inner.native_calls == 2
@@ -164,7 +165,7 @@ def test_four_threads_with_nested_blocks() -> None:
 @pytest.mark.parametrize("order", ["emulate outside", "emulate inside"])
 @pytest.mark.parametrize("call", sorted(CALLS))
 def test_fake_modes_in_both_orders(call: str, order: str) -> None:
-    """On fake tensors every FP8 GEMM (served, row-wise or foreign) is refused as a trace, or traced natively."""
+    """On fake tensors every FP8 GEMM (served, unservable or foreign) is refused as a trace, or traced natively."""
     a, w = _operands()
     for fallback in ("raise", "native"):
         fake = FakeTensorMode(allow_non_fake_inputs=True)  # the calls' one-element scales stay real
@@ -225,7 +226,7 @@ def _scales() -> dict[str, torch.Tensor]:
 def test_scaled_mm_v2_recipe_pairs_against_torchs_kernel() -> None:
     """For each pair of (recipes, scale) per operand: where torch 2.13's CPU kernel raises and its CUDA kernel
     table takes no such pair, mmaemu raises torch's exception; where the CPU kernel computes, mmaemu serves the
-    tensor-wise pair and calls the row-wise pair not modelled. Pairs only CUDA's table takes (block-wise, MX,
+    tensor-wise and row-wise pairs. Pairs only CUDA's table takes (block-wise, MX,
     NVFP4) are not modelled: mmaemu must say so, not ReferenceRejects."""
     g = torch.Generator().manual_seed(3)
     a = (torch.randn(_M2, _K2, generator=g) * 8).to(E4)

@@ -292,6 +292,57 @@ def test_a_damaged_bias_probe_is_damage(recorded: Path, tmp_path: Path, field: s
     assert main_replay(str(path), "auto", None, None) == 2
 
 
+@pytest.mark.parametrize("field,value", [("name", "../x"), ("name", 7), ("m", 0), ("m", True), ("n", 10**6),
+                                         ("k", 4096), ("fast", "yes"), ("bias", None)])
+def test_a_damaged_rowwise_probe_is_damage(recorded: Path, tmp_path: Path, field: str, value: object) -> None:
+    """A recording is untrusted: every field of a row-wise probe is checked before the analysis runs 48 candidates
+    on it (k = 4096 with 16 x 16 outputs would be more work than a probe may take)."""
+    path = _copy(recorded, tmp_path)
+    doc = json.loads((path / "probes.json").read_text())
+    doc["rowwise_probes"][3][field] = value
+    (path / "probes.json").write_text(json.dumps(doc))
+    reseal(path)
+    with pytest.raises(RecordingDamagedError, match=r"probes\.json: row-wise probe 3"):
+        profile_from_recording(path)
+    assert main_replay(str(path), "auto", None, None) == 2
+
+
+@pytest.mark.parametrize("edit", ["duplicate", "many", "not-a-list"])
+def test_a_damaged_rowwise_probe_list_is_damage(recorded: Path, tmp_path: Path, edit: str) -> None:
+    path = _copy(recorded, tmp_path)
+    doc = json.loads((path / "probes.json").read_text())
+    entries = doc["rowwise_probes"]
+    doc["rowwise_probes"] = {"duplicate": entries + entries[:1], "many": entries * 2, "not-a-list": {"a": 1}}[edit]
+    (path / "probes.json").write_text(json.dumps(doc))
+    reseal(path)
+    with pytest.raises(RecordingDamagedError, match=r"probes\.json: .*row-wise probe"):
+        profile_from_recording(path)
+
+
+def test_a_rowwise_probe_array_of_another_shape_is_damage(recorded: Path, tmp_path: Path) -> None:
+    path = _copy(recorded, tmp_path)
+    with np.load(path / "probes.npz") as data:
+        arrays = dict(data)
+    arrays["rw_out_chains-slow"] = arrays["rw_out_chains-slow"][:8]
+    np.savez(path / "probes.npz", **arrays)
+    reseal(path)
+    with pytest.raises(RecordingDamagedError, match=r"array rw_out_chains-slow is not uint16 \(16, 16\)"):
+        profile_from_recording(path)
+
+
+def test_an_edited_rowwise_output_is_no_candidate(recorded: Path, tmp_path: Path) -> None:
+    """A row-wise output the (emulated) GPU did not give fits no candidate: the replay fails, the profile decides no
+    row-wise kernel (its row-wise calls warn)."""
+    path = _copy(recorded, tmp_path)
+    with np.load(path / "probes.npz") as data:
+        arrays = dict(data)
+    arrays["rw_out_zero-bias"] = arrays["rw_out_zero-bias"] ^ np.uint16(1)
+    np.savez(path / "probes.npz", **arrays)
+    reseal(path)
+    assert main_replay(str(path), "auto", None, None) == 1
+    assert profile_from_recording(path, name="edited-rowwise").rowwise_kernel is None
+
+
 # -- the second hostile pass's own findings ------------------------------
 
 

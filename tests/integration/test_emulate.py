@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import threading
 
 import pytest
@@ -104,21 +106,37 @@ def test_entering_an_active_block_twice_raises() -> None:
 def test_unservable_calls_raise_or_run_natively(operands: tuple[torch.Tensor, ...]) -> None:
     a, b, sa, sb = operands
     bias = torch.ones(N, dtype=torch.bfloat16)
-    row_a, row_b = torch.full((M, 1), 1 / 64), torch.full((1, N), 1 / 32)
+    e8m0 = getattr(torch, "float8_e8m0fnu", None)
     with mmaemu.emulate():
         with pytest.raises(mmaemu.UnsupportedFeatureError, match="bias with an FP8 output"):
             torch._scaled_mm(a, b.t(), sa, sb, bias, out_dtype=torch.float8_e4m3fn)
-        with pytest.raises(mmaemu.UnsupportedFeatureError, match="row-wise"):
-            torch._scaled_mm(a, b.t(), row_a, row_b, out_dtype=torch.bfloat16)
+        if e8m0 is not None:
+            with pytest.raises(mmaemu.UnsupportedFeatureError, match="MX recipes"):
+                torch._scaled_mm(a, b.t(), sa.to(e8m0), sb.to(e8m0), out_dtype=torch.bfloat16)
     with mmaemu.emulate(fallback="native") as log:
         fp8_bias = torch._scaled_mm(a, b.t(), sa, sb, bias, out_dtype=torch.float8_e4m3fn)
-        row_wise = torch._scaled_mm(a, b.t(), row_a, row_b, out_dtype=torch.bfloat16)
         served = _native(a, b, sa, sb)
     assert_bitwise_equal(fp8_bias, torch._scaled_mm(a, b.t(), sa, sb, bias, out_dtype=torch.float8_e4m3fn))
-    assert_bitwise_equal(row_wise, torch._scaled_mm(a, b.t(), row_a, row_b, out_dtype=torch.bfloat16))
     assert_bitwise_equal(served, _expected(a, b, sa, sb))
-    assert log.native == {(M, N, K): 2} and log.served == {(M, N, K): 1}
-    assert sum(log.reasons.values()) == 2 and "native" in str(log)
+    assert log.native == {(M, N, K): 1} and log.served == {(M, N, K): 1}
+    assert sum(log.reasons.values()) == 1 and "native" in str(log)
+
+
+def test_row_wise_calls_are_served_and_warned(operands: tuple[torch.Tensor, ...]) -> None:
+    """Old code: row-wise scales raised UnsupportedFeatureError (or ran natively under fallback="native").
+    Now every row-wise call, torch._scaled_mm or F.scaled_mm, gets mmaemu.scaled_mm's bits (torch 2.7.1's
+    CUTLASS kernel), with an UnrecordedKernelWarning each time, and nothing runs natively."""
+    a, b, _, _ = operands
+    row_a, row_b = torch.full((M, 1), 1 / 64), torch.full((1, N), 1 / 32)
+    with pytest.warns(mmaemu.UnrecordedKernelWarning):
+        want = mmaemu.scaled_mm(a, b.t(), row_a, row_b, out_dtype=torch.bfloat16)
+    with mmaemu.emulate(fallback="native") as log:
+        for _ in range(2):
+            with pytest.warns(mmaemu.UnrecordedKernelWarning, match="CUTLASS kernel cutlass-rowwise-sm90"):
+                got = torch._scaled_mm(a, b.t(), row_a, row_b, out_dtype=torch.bfloat16)
+            assert_bitwise_equal(got, want)
+    assert log.served == {(M, N, K): 2} and log.native_calls == 0
+    assert not bitwise_diff(want, torch._scaled_mm(a, b.t(), row_a, row_b, out_dtype=torch.bfloat16)).equal
 
 
 def test_a_bias_is_served_and_warned(operands: tuple[torch.Tensor, ...]) -> None:
@@ -159,18 +177,21 @@ def test_the_public_scaled_mm_is_served_with_tensor_wise_scales(operands: tuple[
     with mmaemu.emulate() as log:
         got = F.scaled_mm(a, b.t(), sa, tensorwise, sb, tensorwise, output_dtype=torch.bfloat16, use_fast_accum=True)
         as_lists = torch._scaled_mm_v2(a, b.t(), [sa], [0], [], [sb], [0], [], None, torch.bfloat16, [], True)
-        with pytest.raises(mmaemu.UnsupportedFeatureError, match="RowWise"):
-            F.scaled_mm(a, b.t(), torch.full((M, 1), 1 / 64), F.ScalingType.RowWise, torch.full((1, N), 1 / 32),
-                        F.ScalingType.RowWise)
+        with pytest.warns(mmaemu.UnrecordedKernelWarning):
+            row_wise = F.scaled_mm(a, b.t(), torch.full((M, 1), 1 / 64), F.ScalingType.RowWise,
+                                   torch.full((1, N), 1 / 32), F.ScalingType.RowWise)
+        with pytest.raises(mmaemu.UnsupportedFeatureError, match="BlockWise1x128"):
+            F.scaled_mm(a, b.t(), torch.ones(M, K // 128), F.ScalingType.BlockWise1x128, torch.ones(N, K // 128),
+                        F.ScalingType.BlockWise1x128)
     assert_bitwise_equal(got, _expected(a, b, sa, sb))
     assert_bitwise_equal(as_lists, got)
-    assert log.served == {(M, N, K): 2} and log.native_calls == 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", mmaemu.UnrecordedKernelWarning)
+        assert_bitwise_equal(row_wise, mmaemu.scaled_mm(a, b.t(), torch.full((M, 1), 1 / 64), torch.full((1, N), 1 / 32),
+                                                        out_dtype=torch.bfloat16))
+    assert log.served == {(M, N, K): 3} and log.native_calls == 0
     assert not bitwise_diff(got, F.scaled_mm(a, b.t(), sa, tensorwise, sb, tensorwise, output_dtype=torch.bfloat16,
                                             use_fast_accum=True)).equal  # the native CPU result differs
-    with mmaemu.emulate(fallback="native") as log:
-        F.scaled_mm(a, b.t(), torch.full((M, 1), 1 / 64), F.ScalingType.RowWise, torch.full((1, N), 1 / 32),
-                    F.ScalingType.RowWise)
-    assert log.native_calls == 1 and "RowWise" in next(iter(log.reasons))
 
 
 def test_other_threads_are_not_affected(operands: tuple[torch.Tensor, ...]) -> None:
@@ -214,9 +235,10 @@ def test_invalid_arguments() -> None:
     assert "hopper-te" in repr(mmaemu.emulate(profile="hopper-te"))
 
 
-def _row_wise(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """A call mmaemu refuses (row-wise scales): raised, or run natively under fallback="native"."""
-    return torch._scaled_mm(a, b.t(), torch.full((M, 1), 1 / 64), torch.full((1, N), 1 / 32), out_dtype=torch.bfloat16)
+def _unservable(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """A call mmaemu refuses (a bias with an FP8 output): raised, or run natively under fallback="native"."""
+    one = torch.tensor(1.0)
+    return torch._scaled_mm(a, b.t(), one, one, torch.zeros(N, dtype=torch.bfloat16), out_dtype=torch.float8_e4m3fn)
 
 
 @pytest.mark.parametrize("outer_fallback", ["raise", "native"])
@@ -227,8 +249,8 @@ def test_nested_native_fallback_bypasses_the_outer_block(operands: tuple[torch.T
     a, b, _, _ = operands
     with mmaemu.emulate(fallback=outer_fallback) as outer:
         with mmaemu.emulate(fallback="native") as inner:
-            got = _row_wise(a, b)
-    assert_bitwise_equal(got, _row_wise(a, b))
+            got = _unservable(a, b)
+    assert_bitwise_equal(got, _unservable(a, b))
     assert inner.native == {(M, N, K): 1} and inner.served_calls == 0
     assert outer.native_calls == 0 and outer.served_calls == 0 and not outer.reasons
 
@@ -260,14 +282,14 @@ def test_an_exception_in_a_nested_block_restores_the_outer_one(operands: tuple[t
     with mmaemu.emulate(profile="ada") as outer:
         with pytest.raises(mmaemu.UnsupportedFeatureError):
             with mmaemu.emulate(profile="hopper"):
-                _row_wise(a, b)
+                _unservable(a, b)
         got = _native(a, b, sa, sb)
         with pytest.raises(KeyError):
             with mmaemu.emulate(fallback="native") as inner:
-                _row_wise(a, b)
+                _unservable(a, b)
                 raise KeyError("boom")
         assert inner.native_calls == 1
         with pytest.raises(mmaemu.UnsupportedFeatureError):
-            _row_wise(a, b)  # the outer block decides again: it raises
+            _unservable(a, b)  # the outer block decides again: it raises
     assert_bitwise_equal(got, _expected(a, b, sa, sb, profile="ada"))
     assert outer.served == {(M, N, K): 1} and outer.native_calls == 0

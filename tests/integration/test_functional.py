@@ -146,8 +146,7 @@ def _valid_pairs() -> dict[str, tuple[Any, Any, Any, Any]]:
     """Recipe pairs torch 2.13's CUDA kernel table takes, with scales its acceptance functions take."""
     rows, cols = torch.ones(M_, 1), torch.ones(1, N_)
     e8m0 = torch.ones(4).to(torch.float8_e8m0fnu)
-    return {"RowWise": (rows, RW, cols, RW),
-            "BlockWise1x128": (torch.ones(M_, 1), F.ScalingType.BlockWise1x128, torch.ones(1, N_),
+    return {"BlockWise1x128": (torch.ones(M_, 1), F.ScalingType.BlockWise1x128, torch.ones(1, N_),
                                F.ScalingType.BlockWise1x128),
             "BlockWise1x128 (mat_a) and BlockWise128x128": (torch.ones(M_, 1), F.ScalingType.BlockWise1x128,
                                                             torch.ones(1, 1), F.ScalingType.BlockWise128x128),
@@ -177,6 +176,22 @@ def test_nvfp4_pairs_are_not_modelled() -> None:
         mmaemu.scaled_mm_v2(a, b, e4, 2, e4, 2)
     with pytest.raises(mmaemu.ReferenceRejectsValueError, match="Got mat_a.dtype\\(\\)=Float4_e2m1fn_x2"):
         mmaemu.scaled_mm_v2(a, b, one, TW, one, TW)  # tensor-wise needs float8 operands
+
+
+def test_row_wise_on_both_operands_is_the_row_wise_scaled_mm() -> None:
+    """Old code: F.scaled_mm with RowWise recipes raised UnsupportedFeatureError. Now it is torch._scaled_mm's
+    row-wise call (torch 2.7.1's CUTLASS kernel), warned; a RowWise recipe on one operand only is torch's rejection."""
+    a, b = _operands()
+    g = torch.Generator().manual_seed(9)
+    sa, sb = torch.rand(16, 1, generator=g) + 0.5, torch.rand(1, 48, generator=g) + 0.5
+    with pytest.warns(mmaemu.UnrecordedKernelWarning):
+        want = mmaemu.scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=True)
+    for scale_b in (sb, sb.reshape(48, 1)):  # torch's check takes any scale_b of N elements with stride(1) == 1
+        with pytest.warns(mmaemu.UnrecordedKernelWarning):
+            got = mmaemu.scaled_mm_v2(a, b, sa, RW, scale_b, RW, use_fast_accum=True)
+        assert_bitwise_equal(got, want)
+    with pytest.raises(mmaemu.ReferenceRejectsValueError, match="^Invalid scaling configuration"):
+        mmaemu.scaled_mm_v2(a, b, sa, RW, torch.tensor(1.0), TW)  # torch rejects the pair
 
 
 def test_swizzles_and_contraction_dims_raise_naming_them() -> None:

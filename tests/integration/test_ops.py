@@ -53,6 +53,20 @@ def test_operator_equals_scaled_mm(shape: tuple[int, int, int], profile: str, sp
     assert_bitwise_equal(got, want)
 
 
+@pytest.mark.parametrize("profile", ["hopper", "ada"])
+def test_operator_serves_row_wise_scales_as_scaled_mm(profile: str) -> None:
+    """Old code: the operator raised UnsupportedFeatureError for row-wise scales; now it serves what
+    mmaemu.scaled_mm serves (torch 2.7.1's CUTLASS kernel), warned, in eager mode."""
+    a, b, _, _ = _operands(32, 256, 512, seed=4)
+    g = torch.Generator().manual_seed(5)
+    sa, sb = torch.rand(32, 1, generator=g) + 0.5, torch.rand(1, 256, generator=g) + 0.5
+    bias = torch.randn(256, generator=g).to(torch.bfloat16)
+    with pytest.warns(mmaemu.UnrecordedKernelWarning):
+        got = ops.scaled_mm(a, b.t(), sa, sb, bias, out_dtype=torch.bfloat16, profile=profile)
+    with pytest.warns(mmaemu.UnrecordedKernelWarning):
+        assert_bitwise_equal(got, mmaemu.scaled_mm(a, b.t(), sa, sb, bias, out_dtype=torch.bfloat16, profile=profile))
+
+
 def test_operator_resolves_the_default_profile_when_it_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     a, b, sa, sb = _operands(16, 48, 256)
     monkeypatch.setenv("MMAEMU_PROFILE", "ada")

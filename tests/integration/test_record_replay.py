@@ -257,3 +257,38 @@ def test_the_bias_probes_decide_the_bias_order(recorded: Path, tmp_path: Path) -
     assert profile.bias_order is BiasOrder.FUSED and profile.evidence is not None
     assert profile.evidence["bias_order"] == "fused"
     assert profile_from_recording(recorded, name="emulated-after").bias_order is BiasOrder.AFTER_SCALE
+
+
+def test_the_rowwise_probes_decide_the_rowwise_kernel(recorded: Path) -> None:
+    """Plumbing: the recorder's row-wise probes name the row-wise kernel candidate the (emulated) GPU computes: the
+    shared recording's emulated H100 runs the source's model, which its verdict and its profile name; that profile's
+    row-wise calls no longer warn as unrecorded."""
+    from mmaemu.recording._verdict import verdict_from_recording
+
+    verdict = verdict_from_recording(Recording.open(recorded))
+    assert verdict.rowwise_probes == 5 and verdict.rowwise_kernels == ("cutlass-rowwise-sm90",) and verdict.fits
+    assert "row-wise kernel cutlass-rowwise-sm90" in verdict.summary
+    profile = profile_from_recording(recorded, name="emulated-rowwise")
+    assert profile.rowwise_kernel == "cutlass-rowwise-sm90" and profile.evidence is not None
+    assert profile.evidence["rowwise_kernel"] == "cutlass-rowwise-sm90"
+    a = torch.ones(16, 32).to(torch.float8_e4m3fn)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", mmaemu.UnrecordedKernelWarning)
+        plan = mmaemu.explain(a, a.t(), torch.ones(16, 1), torch.ones(1, 16), out_dtype=torch.bfloat16, profile=profile)
+        mmaemu.scaled_mm(a, a.t(), torch.ones(16, 1), torch.ones(1, 16), out_dtype=torch.bfloat16, profile=profile)
+    assert plan.kernel is not None and plan.kernel.decided and not plan.warnings
+
+
+@pytest.mark.parametrize("base,kernel", [
+    ("hopper", "cutlass-rowwise-sm90/order=row-first/promotion=256"),
+    ("ada", "cutlass-rowwise-sm89/fusion=separate/accumulation=staged-residue-last"),
+])
+def test_an_emulated_gpu_of_another_rowwise_kind_is_recognised(base: str, kernel: str, tmp_path: Path) -> None:
+    """Plumbing: an emulated GPU computing another row-wise candidate (sm_90 or sm_89) is recorded, replayed and
+    recognised: its verdict, replay and profile name that candidate and no other."""
+    path = tmp_path / "rowwise"
+    record(path, budget_minutes=30, grid=TINY_GRID, device=EmulatedDevice(base, rowwise_kernel=kernel), progress=None)
+    report = replay(path)
+    assert report.passed, report.summary()
+    assert report.probes["rowwise_kernels"] == [kernel]
+    assert profile_from_recording(path, name=f"emulated-{base}-rowwise").rowwise_kernel == kernel

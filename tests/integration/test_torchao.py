@@ -1,4 +1,4 @@
-"""torchao's real FP8 models under mmaemu.emulate(): served where tensor-wise, refused where row-wise.
+"""torchao's real FP8 models under mmaemu.emulate(): tensor-wise and row-wise (PerRow, the rowwise training recipes) served.
 
 torchao's ``quantize_`` asserts an sm_89+ GPU. Here it stands for the machine that quantized a model: only
 its hardware check (``_check_hardware_support``) is switched off, every quantization step is torchao's
@@ -103,19 +103,67 @@ def test_per_tensor_is_served_with_the_bits_of_the_operands_torchao_passes(gpu_m
     assert not bitwise_diff(y, native).equal  # the native CPU GEMM gives other bits: the calls were not missed
 
 
-def test_per_row_is_refused_as_row_wise_and_counted_when_native(gpu_machine: None) -> None:
-    """Old code: PerRow ran natively in silence, where the contract says row-wise scales raise."""
-    model = _quantized(PerRow())
-    x = _x()
-    with torch.no_grad():
-        with pytest.raises(mmaemu.UnsupportedFeatureError, match="row-wise"):
-            with mmaemu.emulate():
+class _Served(TorchDispatchMode):
+    """Inside ``emulate()``: records every aten._scaled_mm call's plain-tensor arguments and the result mmaemu served."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[tuple[Any, ...], dict[str, Any], torch.Tensor]] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if any(t is not torch.Tensor for t in types):
+            return NotImplemented
+        result = func(*args, **kwargs)  # the next mode down: emulate()
+        if func is torch.ops.aten._scaled_mm.default:
+            self.calls.append((tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args), dict(kwargs),
+                               result.clone()))
+        return result
+
+
+def _assert_served_with_scaled_mm_bits(model: torch.nn.Module, x: torch.Tensor, shapes: dict[Any, int]) -> None:
+    """Every _scaled_mm call of the model under emulate() is served, row-wise warned, and its result is
+    mmaemu.scaled_mm's on the exact operands torchao passed; nothing runs natively."""
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with mmaemu.emulate(profile="hopper", fallback="native") as log:
+            with _Served() as served:
                 model(x)
-        with mmaemu.emulate(fallback="native") as log:
-            got = model(x)
-        assert_bitwise_equal(got, model(x))
-    assert log.native == {(M, K, K): 1, (M, N, K): 1} and log.served_calls == 0
-    assert all("row-wise" in reason for reason in log.reasons)
+    assert log.served == shapes and log.native_calls == 0
+    kernel_warnings = [w for w in caught if issubclass(w.category, mmaemu.UnrecordedKernelWarning)]
+    assert len(kernel_warnings) == len(served.calls) == sum(shapes.values())
+    for args, kwargs, got in served.calls:
+        assert tuple(args[2].shape) == (args[0].shape[0], 1) and tuple(args[3].shape) == (1, args[1].shape[1])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", mmaemu.UnrecordedKernelWarning)
+            assert_bitwise_equal(got, mmaemu.scaled_mm(*args, **kwargs, profile="hopper"))
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_per_row_is_served_warned_with_the_bits_of_the_operands_torchao_passes(gpu_machine: None, bias: bool) -> None:
+    """Old code: PerRow raised UnsupportedFeatureError (row-wise scales not modelled), or ran natively under
+    fallback="native". Now each call runs torch 2.7.1's CUTLASS kernel model, warned, bias included."""
+    model = _quantized(PerRow(), bias=bias)
+    x = _x()
+    _assert_served_with_scaled_mm_bits(model, x, {(M, K, K): 1, (M, N, K): 1})
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", mmaemu.UnrecordedKernelWarning)
+        with mmaemu.emulate(profile="hopper"):
+            y = model(x)
+        assert not bitwise_diff(y, model(x)).equal  # torch's native CPU result differs: the calls were served
+
+
+@pytest.mark.parametrize("recipe", ["rowwise", "rowwise_with_gw_hp"])
+def test_the_rowwise_training_recipes_forward_is_served(recipe: str) -> None:
+    """torchao.float8's rowwise training recipes: the forward GEMM is row-wise (``Float8TrainingTensor``'s
+    ``__torch_dispatch__`` calls torch._scaled_mm with [M, 1] and [1, N] scales); under emulate() it is served
+    with mmaemu.scaled_mm's bits, warned (run with grad mode off: mmaemu is inference-only)."""
+    from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+
+    model = _model(bias=False)
+    convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name(recipe))
+    assert type(model[0]).__name__ == "Float8Linear"
+    _assert_served_with_scaled_mm_bits(model, _x(), {(M, K, K): 1, (M, N, K): 1})
 
 
 def test_a_biased_torchao_model_runs_warned(gpu_machine: None) -> None:

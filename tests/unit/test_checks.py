@@ -92,6 +92,17 @@ def returns_out(value: float) -> Callable[[torch.Tensor, dict[str, Any]], None]:
     return check
 
 
+def rw(m: int = 16, **overrides: Any) -> dict[str, Any]:
+    """A valid row-wise call (scale_a [M, 1], scale_b [1, N], bf16 output), with overrides."""
+    return base(**{"mat1": mat(m, 32), "scale_a": torch.ones(m, 1), "scale_b": torch.ones(1, 16), **overrides})
+
+
+def rowwise_check(condition: str) -> str:
+    """torch 2.7.1's message of a bare TORCH_CHECK in RowwiseScaledMM.cu's check_inputs."""
+    return "^" + re.escape(f"Expected {condition} to be true, but got false.  (Could this error message be improved?  "
+                           "If so, please report an enhancement request to PyTorch.)") + "$"
+
+
 def plus_columns(values: list[float]) -> Callable[[torch.Tensor, dict[str, Any]], None]:
     """Every row is 32 + ``values`` (one per column): a bias of these values added to the all-32 GEMM."""
     def check(result: torch.Tensor, kwargs: dict[str, Any]) -> None:
@@ -123,6 +134,43 @@ LAYOUT = "^Only multiplication of row-major and column-major matrices is support
 NOT_SUPPORTED = "CUBLAS_STATUS_NOT_SUPPORTED"
 RR = mmaemu.ReferenceRejectsError
 UF = mmaemu.UnsupportedFeatureError
+
+#: torch 2.7.1's row-wise rules (aten/src/ATen/native/cuda/RowwiseScaledMM.cu check_inputs), in its order.
+ROWWISE_ROWS = [
+    Row("rowwise-fnuz-mat1", lambda: rw(mat1=mat(16, 32, FNUZ)) if FNUZ else rw(mat1=None), RR,
+        rowwise_check("a.dtype() == at::kFloat8_e4m3fn || a.dtype() == at::kFloat8_e5m2")),
+    Row("rowwise-mat1-column-major", lambda: rw(mat1=mat(32, 16).t()), RR, rowwise_check("a.stride(1) == 1")),
+    Row("rowwise-mat1-overlapping", lambda: rw(mat1=mat(64, 1).flatten().as_strided((16, 32), (2, 1))), RR,
+        rowwise_check("a.stride(0) >= a.size(1)")),
+    Row("rowwise-mat2-row-major", lambda: rw(mat2=mat(32, 16)), RR, rowwise_check("b.stride(0) == 1")),
+    Row("rowwise-mat2-overlapping", lambda: rw(mat2=mat(64, 1).flatten().as_strided((32, 16), (1, 2))), RR,
+        rowwise_check("b.stride(1) >= b.size(0)")),
+    Row("rowwise-scale-a-stride", lambda: rw(m=1, scale_a=torch.ones(2, 2)[:1, :1]), RR,
+        rowwise_check("scale_a.stride(0) == 1")),
+    Row("rowwise-bias-1xn", lambda: rw(bias=torch.zeros(1, 16, dtype=torch.bfloat16)), RR, rowwise_check("bias->dim() == 1")),
+    Row("rowwise-bias-strided", lambda: rw(bias=torch.zeros(32, dtype=torch.bfloat16)[::2]), RR,
+        rowwise_check("bias->stride(0) == 1")),
+    Row("rowwise-out-column-major", lambda: rw(out=torch.empty(16, 16, dtype=torch.bfloat16).t()), RR,
+        rowwise_check("out.stride(1) == 1")),
+    Row("rowwise-f16-output-before-bias-dim", lambda: rw(out_dtype=torch.float16, bias=torch.zeros(1, 16, dtype=torch.float16)),
+        RR, "^Only bf16 high precision output types are supported for row-wise scaling.$"),
+    Row("rowwise-e5m2-x-e4m3", lambda: rw(mat1=mat(16, 32, E5)), check=equals(32.0), warns=mmaemu.UnrecordedKernelWarning),
+    Row("rowwise-bias", lambda: rw(bias=torch.full((16,), 0.5, dtype=torch.bfloat16)), check=equals(32.5),
+        warns=mmaemu.UnrecordedKernelWarning),
+    Row("rowwise-out-padded", lambda: rw(out=torch.empty(16, 32, dtype=torch.bfloat16)[:, :16]), check=returns_out(32.0)),
+    Row("rowwise-out-resized", lambda: rw(out=torch.empty(4, 4, dtype=torch.bfloat16).t()), check=returns_out(32.0),
+        warns=UserWarning),
+    Row("rowwise-padded-mat1-hopper", lambda: rw(mat1=padded_mat1()), check=equals(32.0)),
+    Row("rowwise-padded-mat1-ada", lambda: rw(mat1=padded_mat1(), profile="ada"), UF,
+        "mat1 with a padded leading dimension: torch 2.7.1's sm_89 launcher passes K"),
+    Row("rowwise-mat1-offset-8", lambda: rw(mat1=offset_mat1(8)), UF, "mat1 not 16-byte aligned"),
+    Row("rowwise-splitk-2", lambda: rw(splitk=(2, "contiguous")), ValueError, "does not split K here; splitk= describes"),
+    Row("rowwise-no-kernel-model", lambda: rw(profile="b200-mma-sync-experimental"), UF,
+        "models it for the H100 \\(sm_90\\) and the RTX 4060 \\(sm_89\\) only"),
+    Row("rowwise-m-zero", lambda: rw(mat1=mat(0, 32), scale_a=torch.ones(0, 1), out_dtype=torch.float32),
+        check=shape_is(0, 16)),
+]
+
 
 ROWS = [
     # --- torch 2.7.1's checks, in its order --------------------------------------------------------
@@ -193,7 +241,8 @@ ROWS = [
     Row("m-zero-bias-requires-grad", lambda: base(mat1=mat(0, 32), bias=torch.zeros(16, dtype=torch.bfloat16,
                                                                                   requires_grad=True)), UF,
         "bias require grad"),
-    Row("rowwise-bf16", lambda: base(scale_a=torch.ones(16, 1), scale_b=torch.ones(1, 16)), UF, "row-wise scales are not modelled"),
+    Row("rowwise-bf16", lambda: rw(), check=equals(32.0), warns=mmaemu.UnrecordedKernelWarning),
+    *ROWWISE_ROWS,
     Row("requires-grad", lambda: base(scale_a=one().requires_grad_()), UF, "scale_a require grad"),
     Row("flush-to-zero", lambda: base(), mmaemu.MmaemuError, "flushes subnormal", setup=ftz_on),
     Row("splitk-unknown", lambda: base(splitk="auto", profile="hopper-te"), mmaemu.SplitKUnknownError, "splitk=1 only if"),

@@ -1,0 +1,15 @@
+"""Kernel models: GPU kernels of the reference platform that are not cuBLASLt, computed exactly.
+
+torch 2.7.1 sends row-wise scaled FP8 GEMMs to CUTLASS kernels of its own, not to cuBLASLt
+(:mod:`mmaemu.kernels.model`, [Note: the sm_90 row-wise kernel]). Each such kernel is a
+:class:`~mmaemu.kernels.model.KernelModel` (a frozen record of its choices, with their evidence); its
+dispatch (:mod:`mmaemu.kernels.sm90`), its division of K (:mod:`mmaemu.kernels.streamk`), its
+accumulation plans (:mod:`mmaemu.kernels.plans`) and its epilogue (:mod:`mmaemu.kernels.epilogue`) are
+modules of their own, and :mod:`mmaemu.kernels.rowwise` runs a call through them on any backend.
+"""
+
+from __future__ import annotations
+
+from .model import ROWWISE_SM89, ROWWISE_SM90, KernelModel, candidates, kernel_model
+
+__all__ = ["KernelModel", "ROWWISE_SM89", "ROWWISE_SM90", "candidates", "kernel_model"]
