@@ -31,7 +31,7 @@ def _entry_points(**bad: object) -> dict[str, Callable[[], object]]:
     return {
         "scaled_mm": lambda: mmaemu.scaled_mm(X, W.t(), ONE, ONE, out_dtype=torch.float32, **kwargs),  # type: ignore[arg-type]
         "explain": lambda: _explain_error(**kwargs),
-        "accumulate": lambda: mmaemu.accumulate(X, W, use_fast_accum=True, splitk=1, **kwargs),  # type: ignore[arg-type]
+        "accumulate": lambda: mmaemu.accumulate(X, W, use_fast_accum=True, **kwargs),  # type: ignore[arg-type]
         "ops": lambda: ops.scaled_mm(X, W.t(), ONE, ONE, out_dtype=torch.float32, **kwargs),  # type: ignore[arg-type]
         "emulate": lambda: mmaemu.emulate(**kwargs),  # type: ignore[arg-type]
         "nn": lambda: nn.EmulatedFP8Linear(W, weight_scale_inv=ONE, input_scale=ONE, **kwargs),  # type: ignore[arg-type]
