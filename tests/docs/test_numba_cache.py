@@ -104,6 +104,31 @@ def test_a_compile_is_announced_once_and_a_load_is_not(fresh_decisions: Path,
     assert "kernels of mmaemu.backends.cpu with numba in memory, in every process" in capsys.readouterr().err
 
 
+def test_an_index_of_another_source_compiles_and_says_so(fresh_decisions: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """An index is there but stamped with another digest (a source whose digest shares the folder's prefix): numba
+    discards it and compiles, and the notice says so (the old notice only looked for an index file)."""
+    import pickle
+
+    src, dst = np.arange(6, dtype=np.uint8).reshape(2, 3), np.zeros((3, 2), dtype=np.uint8)
+    _fresh_transpose(True)(src, dst)
+    folder = _numba_cache.trusted_folder(cpu.__file__)
+    assert folder is not None
+    (index,) = folder.glob("cpu._transpose_codes-*.nbi")
+    with open(index, "rb") as f:
+        version = pickle.load(f)
+        stamp, overloads = pickle.loads(f.read())
+    with open(index, "wb") as f:
+        pickle.dump(version, f)
+        f.write(pickle.dumps((stamp[:_numba_cache._NAME_DIGITS] + "0" * 48, overloads)))
+    capsys.readouterr()
+    _numba_cache._announced.clear()
+    again = _fresh_transpose(True)
+    again(src, dst)
+    assert sum(again.stats.cache_misses.values()) == 1 and not again.stats.cache_hits
+    assert "mmaemu: compiling the cpu backend's kernels of mmaemu.backends.cpu" in capsys.readouterr().err
+
+
 def test_only_mmaemu_compiles_are_announced(capsys: pytest.CaptureFixture[str]) -> None:
     import numba
 
