@@ -283,12 +283,6 @@ def _recompute_wide(result: torch.Tensor, a: torch.Tensor, b: torch.Tensor, a_wi
         result[:, cols] = _accumulate_float64(a, b[cols], preset, plan)
 
 
-def kernel_module(preset: Preset) -> str:
-    """The source file of the kernel that computes ``preset``'s zoo operands (the vector kernel's, or
-    this module's loop kernels')."""
-    return _cpu_zoo_vector.__file__ if _use_vector(preset) else __file__
-
-
 def _use_vector(preset: Preset) -> bool:
     """Whether zoo operands go to the vector kernel (:mod:`mmaemu.backends._cpu_zoo_vector`): where the
     preset fits it; ``MMAEMU_CPU_PORTABLE=1`` selects the loop kernels here instead (the same bits;

@@ -19,8 +19,31 @@ in it pass :mod:`mmaemu._private` (folders made 0700; this user's, not writable 
 kernels are compiled in memory (``cache=False``: numba reads and writes no file). The locator then serves the
 resolved folder that was checked.
 
+[Note: one key for one source] numba names a function's files by its module, qualified name and first line
+(``numba/core/caching.py`` in numba 0.68: ``CacheImpl.get_filename_base``, lines 464-470) and keeps them in the
+folder its locator names; its own locators name it after a hash of the source folder's full path
+(``_CacheLocator.get_suitable_cache_subpath``, lines 143-158) and stamp the index with the source file alone
+(``_SourceFileBackedLocatorMixin.get_source_stamp``, lines 185-191). Under that key a checkout and an installed
+copy of the same source compile twice, and a stamp of file times recompiles after every reinstall. mmaemu's key
+is the kernels' source alone: the folder is ``<mmaemu version>/<digest>``, the digest the sha256 of every module
+of the kernels' folder (names and contents; [Note: inlined helpers]), and the index is stamped with the whole
+digest (``IndexDataCacheFile._load_index``, lines 611-634, discards an index of another stamp or numba version).
+The same source therefore loads the same machine code from any path and after any reinstall; an edit of any
+kernel module, or of a module whose helpers a kernel inlines, is another key (the mutation tier's mutants compile
+from their own source). numba adds the rest of the key: its version (in the index), Python's (in the file
+names), the CPU (``codegen.magic_tuple()`` in ``Cache._index_key``, lines 794-812) and the signature. Every global
+a cached kernel reads is defined in that folder (tested), so nothing outside the digest is compiled into the
+machine code. The digest is read once per process, when the first kernel module is imported: a module edited
+while a process runs counts from the next process on.
+
+[Note: the compile notice] numba says when it compiles: ``Dispatcher.compile`` fires the ``numba:compile``
+event after its cache missed (``numba/core/dispatcher.py`` in numba 0.68, lines 899-917; a load returns before
+it). A listener prints mmaemu's notice
+on stderr then, once per process and kernel module, only for compiles numba starts outside another of
+mmaemu's (a kernel compiling its helpers is one compile), naming where the machine code is cached.
+
 Precedence: ``NUMBA_CACHE_DIR`` (numba's own override, for every function) wins: mmaemu's functions are cached
-in the folder numba would use under it, after the same check (``NUMBA_CACHE_DIR`` is the private root); numba's
+in ``mmaemu/<version>/<digest>`` under it, after the same check (``NUMBA_CACHE_DIR`` is the private root); numba's
 other functions are numba's business. ``NUMBA_CACHE_LOCATOR_CLASSES`` (the user's own locator classes, code the
 user chose to run) is honoured unchecked. Then this locator.
 
@@ -32,6 +55,8 @@ default places, which mmaemu cannot check (tested by ``tests/docs/test_numba_cac
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import os
 import sys
 import tempfile
@@ -42,11 +67,14 @@ from typing import Any
 from .._host import user_cache_dir
 from .._private import check_private_entries, private_dir
 from ..errors import MmaemuWarning, UntrustedCacheError, UntrustedCacheWarning, warn_caller
+from ..version import __version__
 
 __all__: list[str] = []
 
 #: The directory of the installed package: functions defined under it use the per-user cache.
 _PACKAGE_DIR = Path(__file__).resolve().parents[1]
+#: Hex digits of the source digest in the folder's name (the index is stamped with all of it).
+_NAME_DIGITS = 16
 
 
 def cache_dir() -> Path:
@@ -59,6 +87,29 @@ def _in_package(py_file: str) -> bool:
         return Path(py_file).resolve().is_relative_to(_PACKAGE_DIR)
     except (OSError, ValueError):
         return False
+
+
+@functools.lru_cache(maxsize=None)
+def source_digest(folder: str) -> str:
+    """sha256 (hex) of every module of ``folder``: each ``.py`` file's name, size and bytes, in name order.
+
+    The key of the machine code of the kernels defined there ([Note: one key for one source]); read once per
+    process (0.3 ms for the 160 kB of ``mmaemu/backends``).
+
+    Raises:
+        OSError: a module cannot be read.
+    """
+    digest = hashlib.sha256()
+    for path in sorted(Path(folder).glob("*.py")):
+        data = path.read_bytes()
+        digest.update(f"{path.name}\0{len(data)}\0".encode())
+        digest.update(data)
+    return digest.hexdigest()
+
+
+def _key(py_file: str) -> Path:
+    """The folder, under the cache root, of the machine code of the kernels defined in ``py_file``."""
+    return Path(__version__) / source_digest(os.path.dirname(os.path.abspath(py_file)))[:_NAME_DIGITS]
 
 
 def _locator_class() -> type | None:
@@ -83,15 +134,15 @@ def _locator_class() -> type | None:
             return self._cache_path
 
         def get_source_stamp(self) -> Any:
-            """(latest mtime, total size) of every module in the function's folder, not of its file alone.
+            """The digest of every module in the function's folder, not of its file alone.
 
             [Note: inlined helpers] numba stamps cached code with the defining file only, but the
             kernels inline numba functions from sibling modules (``_cpu_steps``, ``_cpu_fp8``): an
-            edit of one of those would otherwise load the old machine code. Found by the mutation
-            sample of 2026-12-03, where a mutant of ``_cpu_steps.block_max`` survived on stale code.
+            edit of one of those would otherwise load the old machine code (a mutant of
+            ``_cpu_steps.block_max`` survived on stale code that way). Contents, not file times: the
+            same source is the same code wherever and whenever it was installed.
             """
-            stats = [f.stat() for f in Path(self._py_file).parent.glob("*.py")]
-            return max(s.st_mtime for s in stats), sum(s.st_size for s in stats)
+            return source_digest(os.path.dirname(os.path.abspath(self._py_file)))
 
         @classmethod
         def from_function(cls, py_func: Any, py_file: str) -> Any:
@@ -106,9 +157,6 @@ def _locator_class() -> type | None:
     return MmaemuCacheLocator
 
 
-#: The kernel modules already checked (and, without cached code, announced) in this process.
-_checked: set[str] = set()
-_checked_lock = threading.Lock()
 #: Per folder numba would read: the resolved folder once it passed, or None (warned once); per kernel module:
 #: what :func:`disk_cache` answered.
 _folders: dict[str, Path | None] = {}
@@ -116,19 +164,12 @@ _on_disk: dict[str, bool] = {}
 _folders_lock = threading.Lock()
 
 
-def _subpath(py_file: str) -> str:
-    """The folder, under numba's cache root, of the functions defined in ``py_file`` (numba's own name for it)."""
-    from numba.core import caching
-
-    return str(caching._CacheLocator.get_suitable_cache_subpath(py_file))
-
-
 def _where(py_file: str) -> tuple[Path, Path, str]:
     """(the folder numba reads for the functions of ``py_file``, its private root, the variable that moves it)."""
     chosen = os.environ.get("NUMBA_CACHE_DIR", "").strip()
     if chosen:
-        return Path(chosen) / _subpath(py_file), Path(chosen), "NUMBA_CACHE_DIR"
-    return cache_dir() / _subpath(py_file), user_cache_dir(), "MMAEMU_CACHE_DIR"
+        return Path(chosen) / "mmaemu" / _key(py_file), Path(chosen), "NUMBA_CACHE_DIR"
+    return cache_dir() / _key(py_file), user_cache_dir(), "MMAEMU_CACHE_DIR"
 
 
 def _checked_folder(folder: Path, root: Path, setting: str) -> Path | None:
@@ -179,47 +220,70 @@ def disk_cache(py_file: str) -> bool:
     else:
         answer = install() and trusted_folder(py_file) is not None
     _on_disk[py_file] = answer
+    _listen()
     return answer
 
 
-def _compiled_dir(py_file: str) -> Path:
-    """Where numba keeps (or will keep) the files of the functions defined in ``py_file``."""
-    found = trusted_folder(py_file) if _on_disk.get(py_file) else None
-    if found is not None:
-        return found
-    chosen = os.environ.get("NUMBA_CACHE_DIR", "").strip()
-    root = Path(chosen) if chosen else cache_dir()
-    try:
-        return root / _subpath(py_file)
-    except Exception:  # noqa: BLE001 - numba reorganised: no cached files are found, so it announces
-        return root / "unknown"
+#: The kernel modules whose compile this process announced; the listener registered with numba (at most one).
+_announced: set[str] = set()
+_listening: list[Any] = []
+_notice_lock = threading.Lock()
+#: Per thread: how many numba compiles are under way (a kernel compiling its helpers is one compile).
+_compiling = threading.local()
 
 
-def announce_first_compile(py_file: str, what: str) -> None:
-    """Say on stderr that numba is about to compile ``what``, the kernels defined in ``py_file``, when its
-    cache holds no index of a function of that module (their first call, once per machine).
+def compile_notice(dispatcher: Any) -> str | None:
+    """The line to print when numba starts compiling ``dispatcher``'s function after its cache missed
+    ([Note: the compile notice]); None for a function outside mmaemu or a module announced before."""
+    py_func = getattr(dispatcher, "py_func", None)
+    py_file = getattr(getattr(py_func, "__code__", None), "co_filename", "")
+    if not py_file or not _in_package(py_file):
+        return None
+    with _notice_lock:
+        if py_file in _announced:
+            return None
+        _announced.add(py_file)
+    what = f"the cpu backend's kernels of {getattr(py_func, '__module__', py_file)}"
+    cache_path = getattr(getattr(dispatcher, "_cache", None), "cache_path", None)
+    if isinstance(cache_path, str):
+        return f"mmaemu: compiling {what} with numba (10 to 60 s); the machine code is then cached in {cache_path}"
+    why = "a warning said why" if install() else "this numba's cache locators cannot be extended"
+    return f"mmaemu: compiling {what} with numba in memory, in every process (10 to 60 s): no disk cache ({why})"
 
-    Each module is checked once per process (the first call that runs its kernels); an index of
-    another module's kernels in the same folder does not count. Callers name the module whose
-    kernels the call runs: the AVX-512 FP8 kernel's, the portable one's, the zoo's vector kernel's
-    or its loop kernels' (:func:`mmaemu.backends.cpu.kernel_module`).
-    """
-    with _checked_lock:
-        if py_file in _checked:
+
+def _listen() -> None:
+    """Print :func:`compile_notice` on stderr at each compile numba starts outside another (registered once; nothing
+    where numba has no ``numba:compile`` event)."""
+    with _notice_lock:
+        if _listening:
             return
-        _checked.add(py_file)
-    if _on_disk.get(py_file) is False:
-        print(f"mmaemu: compiling {what} with numba in memory, in every process (10 to 60 s): numba's cache "
-              "is not used (the warning said why)", file=sys.stderr, flush=True)
-        return
-    folder = _compiled_dir(py_file)
-    try:
-        cached = folder.is_dir() and any(folder.glob(f"{Path(py_file).stem}.*.nbi"))
-    except OSError:
-        cached = False
-    if not cached:
-        print(f"mmaemu: compiling {what} with numba, once per machine (10 to 60 s; the machine code is "
-              f"then cached in {folder.parent})", file=sys.stderr, flush=True)
+        try:
+            from numba.core import event
+        except Exception:  # noqa: BLE001 - numba absent or reorganised: no notice
+            return
+
+        class CompileNotice(event.Listener):
+            def on_start(self, ev: Any) -> None:
+                depth = getattr(_compiling, "depth", 0)
+                _compiling.depth = depth + 1
+                if depth:
+                    return
+                try:
+                    line = compile_notice((getattr(ev, "data", None) or {}).get("dispatcher"))
+                    if line is not None:
+                        print(line, file=sys.stderr, flush=True)
+                except Exception:  # noqa: BLE001 - a notice never stops a compile (stderr closed, say)
+                    pass
+
+            def on_end(self, ev: Any) -> None:
+                _compiling.depth = max(0, getattr(_compiling, "depth", 1) - 1)
+
+        listener = CompileNotice()
+        try:
+            event.register("numba:compile", listener)
+        except Exception:  # noqa: BLE001 - an event kind this numba does not know: no notice
+            return
+        _listening.append(listener)
 
 
 def install() -> bool:

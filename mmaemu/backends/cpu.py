@@ -239,10 +239,7 @@ def accumulate(a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: Accumulat
     if a.device.type != "cpu" or b.device.type != "cpu":
         raise BackendUnavailableError("backend 'cpu' runs on CPU tensors only")
     if a.dtype not in FP8_DTYPES:
-        _numba_cache.announce_first_compile(kernel_module(preset, zoo=True),
-                                            "the cpu backend's kernels for the zoo formats")
         return _cpu_zoo.accumulate_wide(a, b, preset, plan)
-    _numba_cache.announce_first_compile(kernel_module(preset, zoo=False), "the cpu backend's kernels")
     m, n = a.shape[0], b.shape[0]
     if _use_avx512(preset):
         result = _accumulate_avx512(a, b, preset, plan)
@@ -269,16 +266,6 @@ def _use_avx512(preset: Preset) -> bool:
     compute the same bits; the tests run both).
     """
     return _cpu_fp8.expresses(preset) and _cpu_fp8.available() and not env_flag("MMAEMU_CPU_PORTABLE")
-
-
-def kernel_module(preset: Preset, *, zoo: bool) -> str:
-    """The source file of the kernels a call with ``preset`` runs (FP8 operands, or ``zoo`` formats):
-    numba caches compiled code per module, so this is the module whose cache says whether a first
-    call compiles. The zoo's float64 kernel, for rows outside the fast kernels' range, is not named:
-    it compiles on the first such row."""
-    if zoo:
-        return _cpu_zoo.kernel_module(preset)
-    return _cpu_fp8.__file__ if _use_avx512(preset) else __file__
 
 
 def _tables(fmt: Fp8Format) -> np.ndarray:

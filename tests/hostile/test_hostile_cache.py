@@ -45,12 +45,10 @@ class _Plant:
         return exec, (f"open({self.marker!r}, 'w').close()",)
 
 
-def _planted_index_names() -> tuple[str, list[str]]:
-    """numba's cache folder name for the cpu backend's modules and the index file name of each of their
+def _planted_index_names() -> tuple[Path, list[str]]:
+    """The cache folder (under ``numba/``) of the cpu backend's modules and the index file name of each of their
     numba functions (numba's format: ``module.qualname-firstline.pyXY[abiflags].nbi``)."""
-    from numba.core import caching
-
-    from mmaemu.backends import _cpu_fp8, _cpu_zoo, _cpu_zoo_vector, cpu
+    from mmaemu.backends import _cpu_fp8, _cpu_zoo, _cpu_zoo_vector, _numba_cache, cpu
 
     names = []
     for module in (cpu, _cpu_zoo, _cpu_fp8, _cpu_zoo_vector):
@@ -60,7 +58,7 @@ def _planted_index_names() -> tuple[str, list[str]]:
                 stem = Path(inspect.getfile(func)).stem
                 names.append(f"{stem}.{func.__qualname__}-{func.__code__.co_firstlineno}"
                              f".py{sys.version_info[0]}{sys.version_info[1]}{getattr(sys, 'abiflags', '')}.nbi")
-    return caching._CacheLocator.get_suitable_cache_subpath(cpu.__file__), names
+    return _numba_cache._key(cpu.__file__), names
 
 
 _FIRST_CALL = """
@@ -88,7 +86,7 @@ def _plant(cache: Path, marker: Path, mode: int, uid: int | None) -> Path:
 def _world_writable(tmp_path: Path, marker: Path) -> Path:
     cache = tmp_path / "shared"
     folder = _plant(cache, marker, 0o666, OTHER_UID if os.geteuid() == 0 else None)
-    for path in (cache, cache / "numba", folder):
+    for path in (cache, cache / "numba", folder.parent, folder):
         os.chmod(path, 0o777)
         if os.geteuid() == 0:
             os.chown(path, OTHER_UID, -1)
