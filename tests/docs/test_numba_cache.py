@@ -335,7 +335,12 @@ def test_a_private_folder_is_made_0700_and_used(fresh_decisions: Path) -> None:
 
 @pytest.mark.skipif(not hasattr(os, "geteuid"), reason="owners and modes are POSIX")
 @pytest.mark.parametrize("mode", [0o777, 0o770, 0o1777])
-def test_an_open_cache_folder_is_not_used_and_the_warning_says_how_to_fix_it(fresh_decisions: Path, mode: int) -> None:
+def test_an_open_cache_folder_is_not_used_and_the_warning_says_how_to_fix_it(fresh_decisions: Path, mode: int,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    from mmaemu import _private
+
+    # the folder's group is not this user's private group ([Note: user private groups]; as root, group root is)
+    monkeypatch.setattr(_private, "_private_group", lambda gid: False)
     fresh_decisions.mkdir()
     os.chmod(fresh_decisions, mode)
     with pytest.warns(UntrustedCacheWarning, match=rf"in memory.*{fresh_decisions} is writable by .*mode {mode:04o}.*"
