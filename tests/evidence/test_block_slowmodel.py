@@ -208,3 +208,28 @@ def test_k_zero_is_plus_zero_for_the_triton_models() -> None:
         y = mmaemu.block_scaled_mm(a, torch.zeros(3, 0), w, torch.zeros(1, 0), kernel=sorted(RESEARCH)[1],
                                    out_dtype=torch.float32)
     assert _bits(y) == [0] * 15
+
+
+def _once_or_twice() -> tuple[torch.Tensor, ...]:
+    """k-tile 0 leaves 1 + 2**-23; k-tile 1 adds 4147 x s with s = 16570889 * 2**-60, i.e. 2**-24 (1 - 53 * 2**-36):
+    the exact sum lies 53 * 2**-60 below the fp32 midpoint 1 + 2**-23 + 2**-24, so one rounding gives 1 + 2**-23, a
+    rounding to float64 first lands on the midpoint and then on 1 + 2**-22; k-tile 2 subtracts 1 (bf16 shows it)."""
+    a, w = torch.zeros(2, 384), torch.zeros(64, 384)
+    a[:, 0] = w[:, 0] = 1.0
+    a[:, 128:133] = torch.tensor([256.0, 2.0, 1.0, 0.125, 0.0625])  # 4147 = (4096 + 32 + 16 + 2 + 1) with w = 16
+    w[:, 128:133] = 16.0
+    a[:, 256] = w[:, 256] = 1.0
+    sa = torch.tensor([[1 + 2.0**-23, 1.0, -1.0]] * 2)
+    sw = torch.tensor([[1.0, 16570889 * 2.0**-60, 1.0]])
+    return a.to(torch.float8_e4m3fn), sa, w.to(torch.float8_e4m3fn), sw
+
+
+@pytest.mark.parametrize("kernel", ["deepgemm-sm90", "triton-block-sm90-wgmma-bk128-fpfusion@triton3.3-3.9",
+                                    "triton-block-sm90-wgmma-bk128-nofpfusion@triton3.3-3.9"])
+def test_the_fused_step_rounds_once(kernel: str, backend: str) -> None:
+    """The FFMA's sum is rounded once to fp32 (2**-23 left), not through float64 (2**-22); FMUL + FADD give 2**-22."""
+    a, sa, w, sw = _once_or_twice()
+    got = computed(a, sa, w, sw, kernel, backend, range(2), (0, 63))
+    assert got == expected(a, sa, w, sw, RESEARCH[kernel], range(2), (0, 63))
+    want = 2.0**-22 if "nofpfusion" in kernel else 2.0**-23
+    assert got == [int(torch.tensor(want, dtype=torch.bfloat16).view(torch.int16))] * 4
