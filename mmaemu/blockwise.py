@@ -13,13 +13,16 @@ these kernels is recorded anywhere; every call warns (:class:`~mmaemu.errors.Unr
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from .backends import Backend
+from .errors import ReferenceRejectsError, UnsupportedFeatureError
 from .kernels.block_call import prepare_block, run_block
-from .kernels.block_model import BLOCK_MODELS, BlockKernelModel, block_model
+from .kernels.block_model import BLOCK_MODELS, GROUP, BlockFamily, BlockKernelModel, block_model
 
-__all__ = ["BLOCK_KERNELS", "block_scaled_mm", "resolve_kernel"]
+__all__ = ["BLOCK_KERNELS", "SERVED_OPERATORS", "block_scaled_mm", "resolve_kernel", "serve_foreign"]
 
 #: The names of the block-scaled kernel models (their candidates, ``<model>/<choice>=<value>``, resolve too).
 BLOCK_KERNELS: tuple[str, ...] = tuple(BLOCK_MODELS)
@@ -93,3 +96,66 @@ def block_scaled_mm(
     model = resolve_kernel(kernel)
     plan = prepare_block(model, a, a_scales, w, w_scale_inv, out_dtype, backend)
     return run_block(plan, a, a_scales, w, w_scale_inv)
+
+
+#: The third-party block-scaled operators ``emulate(kernel=...)`` serves, with the kernel family and ``BLOCK_K``
+#: their kernel runs (the model passed must be one of them).
+SERVED_OPERATORS: dict[str, tuple[BlockFamily, int]] = {"ao::blockwise_fp8_gemm": (BlockFamily.TRITON, GROUP)}
+
+
+def _models_for(family: BlockFamily, k_block: int) -> list[str]:
+    return [name for name, m in BLOCK_MODELS.items() if m.family is family and m.k_block == k_block]
+
+
+def serve_foreign(name: str, bound: dict[str, Any], *, kernel: BlockKernelModel | None,
+                  backend: str | Backend) -> torch.Tensor:
+    """A call of a served third-party operator (:data:`SERVED_OPERATORS`, its arguments bound by its schema),
+    computed as ``kernel``.
+
+    [Note: torchao's blockwise_fp8_gemm] torchao 0.18 (``torchao/kernel/blockwise_quantization.py``, the
+    ``ao::blockwise_fp8_gemm`` custom op and ``blockwise_fp8_gemm_kernel``) asserts ``a``, ``a_s``, ``b`` and
+    ``b_s`` contiguous, takes ``M = a.numel() // K``, and its kernel reads ``a_s`` at ``m * k + j`` and ``b_s`` at
+    ``(n // BLOCK_SIZE_K) * k + j`` (``k = cdiv(K, BLOCK_SIZE_K)``, ``BLOCK_SIZE_K = block_size``): the flat
+    ``[M, k]`` and ``[cdiv(N, block_size), k]`` scales, whatever their shapes (torchao's ``Float8Tensor`` passes
+    ``[M * k, 1]`` activation scales). The output is bf16 ``a.shape[:-1] + (N,)``. Its tile is autotuned on the
+    device (BLOCK_M 16 to 128, BLOCK_K = block_size), hence the model's name says which path ran.
+
+    Raises:
+        UnsupportedFeatureError: no ``kernel`` (the message names what to pass), a model of another kernel, a
+            ``block_size`` other than 128, scales whose size is not what the kernel reads, and what
+            :func:`block_scaled_mm` refuses.
+        ReferenceRejectsError: what the operator itself asserts (contiguous tensors).
+    """
+    family, k_block = SERVED_OPERATORS[name]
+    op = f"torch.ops.{name.replace('::', '.')}"
+    if kernel is None:
+        raise UnsupportedFeatureError(
+            f"{op} runs a block-scaled Triton kernel whose tile torchao autotunes on the GPU: mmaemu computes it as a "
+            f"named kernel model. Pass mmaemu.emulate(kernel=...) with one of {_models_for(family, k_block)} (sm_90: "
+            "'wgmma' where the autotuner chose BLOCK_M >= 64, 'hmma' below; sm_89: 'mma'), or fallback='native'")
+    if kernel.family is not family or kernel.k_block != k_block:
+        raise UnsupportedFeatureError(f"{op} runs the Triton block kernel with BLOCK_K = {k_block}, not {kernel.base}: "
+                                      f"pass one of {_models_for(family, k_block)}")
+    a, a_s, b, b_s, block_size = (bound.get(x) for x in ("a", "a_s", "b", "b_s", "block_size"))
+    if not all(isinstance(t, torch.Tensor) for t in (a, a_s, b, b_s)):
+        raise TypeError(f"{op}: a, a_s, b and b_s must be tensors")
+    assert isinstance(a, torch.Tensor) and isinstance(a_s, torch.Tensor)
+    assert isinstance(b, torch.Tensor) and isinstance(b_s, torch.Tensor)
+    if block_size != GROUP:
+        raise UnsupportedFeatureError(f"{op} with block_size={block_size!r}: the kernel models take 128 x 128 blocks")
+    odd = [n for n, t in (("a", a), ("a_s", a_s), ("b", b), ("b_s", b_s)) if not t.is_contiguous()]
+    if odd:
+        raise ReferenceRejectsError(f"{op}: torchao asserts {', '.join(odd)}.is_contiguous() (AssertionError)")
+    if a.dim() < 1 or b.dim() != 2 or a.shape[-1] != b.shape[1]:
+        raise ValueError(f"{op}: a [..., K] and b [N, K] must share K, got {tuple(a.shape)} and {tuple(b.shape)}")
+    k, n = int(a.shape[-1]), int(b.shape[0])
+    m = a.numel() // k if k else 0
+    groups = -(-k // GROUP)
+    if a_s.numel() != m * groups or b_s.numel() != -(-n // GROUP) * groups:
+        raise UnsupportedFeatureError(
+            f"{op}: a_s has {a_s.numel()} and b_s {b_s.numel()} elements; the kernel reads {m * groups} and "
+            f"{-(-n // GROUP) * groups} (M x ceil(K/128) and ceil(N/128) x ceil(K/128)): other sizes read memory "
+            "outside them, whose result is not determined")
+    y = block_scaled_mm(a.reshape(m, k), a_s.reshape(m, groups), b, b_s.reshape(-(-n // GROUP), groups), kernel=kernel,
+                        out_dtype=torch.bfloat16, backend=backend)
+    return y.reshape(*a.shape[:-1], n)
