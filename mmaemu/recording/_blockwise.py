@@ -38,16 +38,22 @@ import numpy as np
 import torch
 
 from ..errors import MmaemuWarning, RecordingDamagedError
-from ..kernels.block_model import BLOCK_MODELS, BlockKernelModel, block_candidates, block_model
+from ..kernels.block_model import BLOCK_MODELS, BlockKernelModel, block_candidates
+from ._records import Section
 
-__all__ = ["BlockProbe", "BlockResult", "block_document", "block_probes", "block_results", "block_separation",
-           "computed_block", "fitting_block_models"]
+__all__ = ["BLOCK_GRID", "BLOCK_SECTIONS", "BlockProbe", "BlockResult", "block_document", "block_probes",
+           "block_results", "block_section", "block_separation", "computed_block", "fitting_block_models"]
+
+#: The grid name of a recording of block probes alone (``tools/block_probes.py``): its environment and probes
+#: sections are all a replay requires (no cuBLASLt table, no live call).
+BLOCK_GRID = "block-probes"
+BLOCK_SECTIONS = (Section.ENVIRONMENT, Section.PROBES)
 
 _M, _N = 4, 64
 _SEED = 59
 #: The bounds of a recorded block probe (the analysis runs up to 24 candidates on each): outputs, work, count.
 _MAX_ELEMENTS = 1 << 14
-_MAX_WORK = 1 << 21
+_MAX_WORK = 1 << 19
 _MAX_PROBES = 8
 
 
@@ -277,8 +283,3 @@ def block_results(doc: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> l
                            torch.from_numpy(sw.view(np.int32)).view(torch.float32))
         results.append(BlockResult(probe, torch.from_numpy(out.view(np.int16)).view(torch.bfloat16)))
     return results
-
-
-def model_of(name: str) -> BlockKernelModel:
-    """:func:`~mmaemu.kernels.block_model.block_model` (the probes' one lookup)."""
-    return block_model(name)
