@@ -27,8 +27,9 @@ their library was loaded. torchao's ``ao::blockwise_fp8_gemm`` is served with th
 naming the operator and its library, or runs natively under ``fallback="native"``, counted.
 
 Calls mmaemu cannot serve (block-wise scales, ``_scaled_mm_v2`` recipes other than tensor-wise or
-row-wise on both operands, a bias with an FP8 output, inputs requiring grad, the third-party
-operators, an FP8 GEMM on fake, functional or meta tensors or under a tracer: a trace) raise
+row-wise on both operands, BlockWise1x128 x BlockWise128x128 included unless the block names a
+``kernel``, a bias with an FP8 output, inputs requiring grad, the third-party operators other than a
+served one with its ``kernel``, an FP8 GEMM on fake, functional or meta tensors or under a tracer: a trace) raise
 :class:`~mmaemu.UnsupportedFeatureError`, or with ``fallback="native"`` run natively and are counted in
 ``log.native``. A bias with a bf16 or fp16 output is served, experimentally, and warns
 (:class:`~mmaemu.UnverifiedEpilogueWarning`); so are row-wise scales (torch 2.7.1's CUTLASS kernel,
@@ -302,7 +303,8 @@ class emulate:  # noqa: N801 - used like a function: ``with mmaemu.emulate(...) 
     ``torch._scaled_mm``, ``torch.nn.functional.scaled_mm`` (tensor-wise and row-wise scales) and the aten
     operators behind them, from any caller, tensor subclasses such as torchao's included
     (:mod:`mmaemu.intercept`). Known third-party FP8 GEMM operators (torchao, mslk, FBGEMM, vLLM,
-    sgl-kernel) are not modelled: they raise, or run natively and are counted. Blocks nest: the
+    sgl-kernel) are not modelled, except torchao's ``ao::blockwise_fp8_gemm`` with ``kernel``: they raise, or
+    run natively and are counted. Blocks nest: the
     innermost one decides each call, and counts it once.
 
     Args:

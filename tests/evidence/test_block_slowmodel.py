@@ -233,3 +233,16 @@ def test_the_fused_step_rounds_once(kernel: str, backend: str) -> None:
     assert got == expected(a, sa, w, sw, RESEARCH[kernel], range(2), (0, 63))
     want = 2.0**-22 if "nofpfusion" in kernel else 2.0**-23
     assert got == [int(torch.tensor(want, dtype=torch.bfloat16).view(torch.int16))] * 4
+
+
+def test_the_triton_backend_gives_the_same_bits() -> None:
+    """The per-k-tile path on the triton backend (in Triton's interpreter here): the dispatcher's chains, the same
+    step, the same bits as the slow model (two probes that separate the combination and the chain length)."""
+    from mmaemu.backends import Backend, supports
+
+    if not supports(Backend.TRITON, None, (), torch.device("cpu")):
+        pytest.skip("the triton backend does not run here (no Triton, or not in its interpreter)")
+    for p in block_probes():
+        if p.name in ("chains", "combination"):
+            got, want = _on_probe(p, "deepgemm-sm90", "triton", RESEARCH["deepgemm-sm90"])
+            assert got == want, p.name
