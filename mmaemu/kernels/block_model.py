@@ -219,8 +219,9 @@ DEEPGEMM_SM90 = BlockKernelModel(
 # 63-109, the operator ``ao::blockwise_fp8_gemm``) share one loop:
 # ``accumulator = tl.zeros(...)``; per k-tile ``accumulator += tl.dot(a, b) * a_s[:, None] * b_s[None, :]``
 # (masked loads ``other=0.0`` for the K tail); ``c = accumulator.to(C.dtype.element_ty)``. Compiled on this
-# CPU with Triton 3.3.1, 3.6.0 and 3.9.0 for sm_90 and sm_89 (tools/block_fp8_static.py reads torchao's
-# kernel and checks every point below; research/blockfp8 compiled all three kernels, identical in all):
+# CPU with Triton 3.3.1, 3.6.0 and 3.9.0 for sm_90 and sm_89 (research/blockfp8 compiled all three kernels,
+# identical in all; tools/block_fp8_static.py compiles torchao's with 3.6.0 and 3.9.0 and checks the instruction,
+# the chain, the first scale and the fusion below, docs/data/block_fp8_static.json):
 #   - ``tl.dot`` without an accumulator starts from a zero splat: on sm_90 with BLOCK_M >= 64 TTGIR
 #     ``ttng.warp_group_dot ..., %zero, %false {maxNumImpreciseAcc = 1073741824}``, PTX BLOCK_K / 32 chained
 #     ``wgmma.mma_async ... m64nNk32.f32.e4m3.e4m3``, the first with scale-d 0 (SASS ``QGMMA ... RZ, !UPT``):
