@@ -374,8 +374,9 @@ _FIGURE = re.compile(r"(\d{1,3}(,\d{3})+|\b\d{4,}\b|\d+(\.\d+)?\s?%|\b\d+(\.\d+)
 _EVIDENCE = re.compile(r"(tests/|tools/|hw-vectors|recordings|docs/data|seeds?\b|seed 0\d\d|specified|mmaemu bench|device_check"
                        r"|validation\.md|performance\.md|\[evidence:|unverified|hardware vectors|upstream test)",
                        re.IGNORECASE)
-#: names that contain digits but state no figure: GPUs, architectures, versions, dtypes
-_NAMES = re.compile(r"(RTX( PRO)? \d{4}( Ada)?|[HB]\d{3}|sm_\d+|\d+\.\d+\.\d+(\.\d+)?|float\d+|e\dm\d|fp\d+|bf16)",
+#: names that contain digits but state no figure: GPUs, architectures, versions, dtypes, file modes
+_NAMES = re.compile(r"(RTX( PRO)? \d{4}( Ada)?|[HB]\d{3}|sm_\d+|\d+\.\d+\.\d+(\.\d+)?|float\d+|e\dm\d|fp\d+|bf16"
+                    r"|\b0[0-7]{3}\b)",  # file modes (0700) are names too
                     re.IGNORECASE)
 
 

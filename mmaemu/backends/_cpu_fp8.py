@@ -25,7 +25,7 @@ subtraction (``(E - F) - low(a)``, the vector a memory operand), one comparison 
 increment is a ``select`` whose 1s LLVM cannot see are constant, which lowers to ``vpaddb {k}``.)
 The block maxima take two per row and k (an addition with ``e(a)``'s vector from the same table, a
 maximum). On Intel cores, where 512-bit integer instructions share ports 0 and 5 with the FMAs,
-these integer instructions, not the FMAs, bound the kernel's speed (docs/performance.md).
+these integer instructions, not the FMAs, bound the kernel's speed (docs/backends.md).
 
 The row side is read as FP8 codes (``[R, K]``, k in the plan's order), each decoded by loads from
 a 256-entry table as the kernel reads it (the fp32 value, broadcast; a word holding the offsets of

@@ -52,7 +52,7 @@ def broadcast_table() -> np.ndarray:
     [Note: broadcast vectors] A kernel reads a per-row int8 (an exponent, a lowest bit's exponent) as
     its vector here, a memory operand of the integer instruction that uses it, instead of broadcasting
     a byte from memory or a general register: on Intel cores that broadcast is an instruction of its
-    own on port 5, which the 512-bit integer and FMA instructions share (docs/performance.md: on Intel
+    own on port 5, which the 512-bit integer and FMA instructions share (docs/backends.md: on Intel
     cores these integer instructions bound the FP8 kernel's speed).
     """
     if not _BROADCAST:
