@@ -325,8 +325,8 @@ def _quickstart_figure(ulps: dict[str, torch.Tensor]) -> None:
 def device() -> list[str]:
     lines = ["## Device runs", ""]
     if not DEVICE_JSON.exists():
-        return lines + ["No GPU run is recorded: no device machine was lent to the sessions that built this",
-                        "version. `tools/device_check.py` is the script to run on one.", ""]
+        return lines + ["No GPU run is recorded for this version: `tools/device_check.py` is the script to run on one",
+                        "(its report, copied to `docs/data/device_report.json`, appears here).", ""]
     data = json.loads(DEVICE_JSON.read_text())
     return lines + ["```", json.dumps(data.get("summary", data), indent=1)[:4000], "```", ""]
 

@@ -54,3 +54,12 @@ def test_docs_data_keeps_only_what_the_docs_cite() -> None:
     for path in files:
         assert f"docs/data/{path.name}" in cited or f"data/{path.name}" in cited, f"{path.name} is cited nowhere"
         assert not re.search(r"(?<![0-9a-z])[0-9a-f]{7,40}(?![0-9a-z])", path.stem), f"{path.name} is named by a commit"
+
+
+def test_the_readmes_speed_figures_are_the_pages() -> None:
+    """A time or a ratio the README quotes is one the performance page renders from the bench file."""
+    readme = (ROOT / "README.md").read_text()
+    page = tables.PAGE.read_text()
+    quoted = re.findall(r"\b\d[\d,]*(?:\.\d+)?(?: ms| s|x)\b", readme)
+    assert quoted, "the README says what a call costs"
+    assert [q for q in quoted if q not in page] == []
