@@ -443,10 +443,11 @@ def scaled_mm(
     Args:
         mat1: ``[M, K]`` FP8 (``float8_e4m3fn`` or ``float8_e5m2``), row-major.
         mat2: ``[K, N]`` FP8, column-major as torch requires (``w.t()`` of a ``[N, K]`` weight).
-        scale_a, scale_b: fp32 tensor-wise scales of ``mat1`` and ``mat2`` (one element, any shape), or
-            row-wise ones (``[M, 1]`` and ``[1, N]``, contiguous, with a bf16 output): experimental, computed as
-            torch 2.7.1's CUTLASS kernel for the profile's GPU (:mod:`mmaemu.kernels`), with an
+        scale_a: fp32 tensor-wise scale of ``mat1`` (one element, any shape), or row-wise ones (``[M, 1]``,
+            contiguous, with ``[1, N]`` for ``scale_b`` and a bf16 output): experimental, computed as torch
+            2.7.1's CUTLASS kernel for the profile's GPU (:mod:`mmaemu.kernels`), with an
             ``UnrecordedKernelWarning`` on every call; ``explain`` shows the kernel and its order.
+        scale_b: fp32 tensor-wise scale of ``mat2`` (one element, any shape), or row-wise ones (``[1, N]``).
         bias: experimental: N elements of the output's dtype, bf16 or fp16, of any shape (torch 2.7.1's
             rules), added in the epilogue (:mod:`mmaemu.epilogue`, [Note: bias]); warns
             (``UnverifiedEpilogueWarning``) unless the profile's recording decided the bias order. The N
@@ -458,9 +459,11 @@ def scaled_mm(
         scale_result: fp32 scalar multiplying the result before an FP8 output's conversion.
         out_dtype: output dtype; default ``mat1.dtype`` (as torch).
         use_fast_accum: as torch; default False (slow accumulation).
-        profile, splitk, backend: the platform arguments (:meth:`mmaemu.options.Options.parse`: the
-            reference platform, ``"auto"`` or an explicit split, the backend; every backend returns the
-            same bits). ``splitk="auto"`` raises :class:`SplitKUnknownError` when no evidence decides.
+        profile: the reference platform, a name or a ``Profile`` (default ``MMAEMU_PROFILE``, else
+            ``"hopper"``); one of the platform arguments (:meth:`mmaemu.options.Options.parse`).
+        splitk: ``"auto"`` (cuBLAS's decision where evidence decides it, else
+            :class:`SplitKUnknownError`), ``1`` or an explicit split ``(S, scheme)``.
+        backend: ``"auto"``, ``"reference"``, ``"cpu"`` or ``"triton"``; every backend returns the same bits.
         out: optional output, resized as torch resizes it and returned (:mod:`mmaemu._out`); its prior
             contents never affect the result, and a refused call leaves it as it was.
 
