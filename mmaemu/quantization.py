@@ -1,4 +1,5 @@
-"""FP8 quantisation of activations and weights, as Transformer Engine casts them.
+"""FP8 quantisation of activations and weights, as Transformer Engine casts them; and torchao's FP8 models built on
+a machine without an sm_89+ GPU (:func:`torchao_quantize_`).
 
 An FP8 GEMM's bits depend on its FP8 operands, so a model routed through mmaemu must quantise
 exactly as the reference run did. Transformer Engine (TE) casts a tensor to FP8 in three steps,
@@ -35,14 +36,19 @@ from __future__ import annotations
 
 import enum
 import numbers
+import threading
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
+from .errors import UnsupportedFeatureError
 from .formats import Fp8Format, fp8_format_of
 from ._host import check_cpu_subnormals, refuse_autograd
 
 __all__ = [
     "ScalingRecipe", "quantize", "reciprocal_scale", "scale_from_amax", "current_scale", "round_to_tf32", "FP32_MAX",
+    "torchao_quantize_",
 ]
 
 #: the largest finite fp32, which TE uses for a scale that would overflow.
@@ -265,3 +271,93 @@ def round_to_tf32(x: torch.Tensor) -> torch.Tensor:
 def _int32_bits(unsigned: torch.Tensor) -> torch.Tensor:
     """int64 values in [0, 2**32) as the int32 tensor with the same 32 bits."""
     return torch.where(unsigned >= 2**31, unsigned - 2**32, unsigned).to(torch.int32)
+
+
+#: The torchao version whose ``quantize_`` :func:`torchao_quantize_` is tested with.
+TORCHAO_TESTED = "0.18.0"
+_TORCHAO_LOCK = threading.Lock()
+
+
+def _torchao_fp8_config(config: object) -> tuple[Any, Any]:
+    """torchao's ``quant_api`` module and the granularity pair of ``config``, or the error that says why not."""
+    try:
+        from torchao.quantization import PerRow, PerTensor, quant_api
+        from torchao.quantization.quant_api import Float8DynamicActivationFloat8WeightConfig
+    except ImportError as exc:
+        raise ImportError(f"torchao_quantize_ needs torchao (tested with {TORCHAO_TESTED}): pip install "
+                          f"torchao=={TORCHAO_TESTED}") from exc
+    if not isinstance(config, Float8DynamicActivationFloat8WeightConfig):
+        raise TypeError(f"torchao_quantize_ takes torchao's Float8DynamicActivationFloat8WeightConfig, not "
+                        f"{type(config).__name__}; other configs: call torchao.quantization.quantize_ itself")
+    granularity = tuple(config.granularity)  # torchao normalised it to [activation, weight]
+    if not all(isinstance(g, PerTensor) for g in granularity) and not all(isinstance(g, PerRow) for g in granularity):
+        raise UnsupportedFeatureError(
+            f"granularity {list(granularity)}: torchao_quantize_ builds the FP8 models mmaemu.emulate() serves, "
+            "tensor-wise (PerTensor()) or row-wise (PerRow()) on both operands; torchao's block-wise GEMM "
+            "(ao::blockwise_fp8_gemm) is not modelled")
+    if not callable(getattr(quant_api, "_check_hardware_support", None)):
+        import torchao
+
+        raise UnsupportedFeatureError(
+            f"torchao {getattr(torchao, '__version__', '?')} has no quant_api._check_hardware_support, the one "
+            f"check torchao_quantize_ skips (tested with torchao {TORCHAO_TESTED}): quantize on an sm_89+ GPU")
+    return quant_api, granularity
+
+
+def torchao_quantize_(model: torch.nn.Module, config: object,
+                      filter_fn: Callable[[torch.nn.Module, str], bool] | None = None) -> None:
+    """torchao's ``quantize_(model, config)`` for an FP8 config, on a machine without an sm_89+ GPU.
+
+    torchao's ``Float8DynamicActivationFloat8WeightConfig`` asserts a GPU of compute capability 8.9 or more
+    before it quantizes, though quantizing needs none: the ``Float8Tensor`` weights are computed on the
+    CPU by torchao's own code. This runs torchao's ``quantize_`` with that one assertion
+    (``torchao.quantization.quant_api._check_hardware_support``) switched off for the duration of the
+    call, every quantization step torchao's own, so the model is the one an sm_89+ GPU machine would
+    build (its ``Float8Tensor`` weights bit for bit: ``tests/integration/test_torchao.py``). Run it under
+    :func:`mmaemu.emulate` to get the reference GPU's outputs (golden outputs) on the CPU. Calls of this
+    function are serialised; torchao's check is restored afterwards, also when torchao raises.
+
+    Args:
+        model: the module to quantize in place, as torchao's ``quantize_`` (its ``nn.Linear`` layers with
+            FP8-compatible shapes; PerRow needs bf16 weights, as torchao requires).
+        config: a ``torchao.quantization.Float8DynamicActivationFloat8WeightConfig`` with
+            ``PerTensor()`` or ``PerRow()`` granularity (on both operands).
+        filter_fn: torchao's ``filter_fn`` (which modules to quantize); None keeps torchao's default
+            (every ``nn.Linear``).
+
+    Raises:
+        ImportError: torchao is not installed.
+        TypeError: ``model`` is not an ``nn.Module``, or ``config`` is another torchao config (call
+            torchao's ``quantize_`` for those).
+        UnsupportedFeatureError: a granularity ``mmaemu.emulate()`` does not serve (block-wise), a torchao
+            without the check this skips, or a CUDA GPU older than sm_89 in this process (torchao's
+            quantization step asserts sm_89 whenever CUDA is available: hide the GPU with
+            ``CUDA_VISIBLE_DEVICES=``). Nothing is modified by these refusals.
+
+    Example:
+        >>> import torch
+        >>> from torchao.quantization import Float8DynamicActivationFloat8WeightConfig, PerTensor
+        >>> from mmaemu.quantization import torchao_quantize_
+        >>> model = torch.nn.Sequential(torch.nn.Linear(64, 32)).to(torch.bfloat16)
+        >>> torchao_quantize_(model, Float8DynamicActivationFloat8WeightConfig(granularity=PerTensor()))
+        >>> type(model[0].weight).__name__, model[0].weight.qdata.dtype
+        ('Float8Tensor', torch.float8_e4m3fn)
+    """
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, not {type(model).__name__}")
+    quant_api, _ = _torchao_fp8_config(config)
+    from torchao.utils import is_MI300, is_MI350, is_sm_at_least_89
+
+    if torch.cuda.is_available() and not (is_sm_at_least_89() or is_MI300() or is_MI350()):  # quant_api's assertion
+        raise UnsupportedFeatureError(
+            f"this process sees a CUDA GPU of compute capability {torch.cuda.get_device_capability()}: torchao's "
+            "FP8 quantization asserts sm_89 or more whenever CUDA is available, also for CPU tensors; run with the "
+            "GPU hidden (CUDA_VISIBLE_DEVICES=)")
+    kwargs = {} if filter_fn is None else {"filter_fn": filter_fn}
+    with _TORCHAO_LOCK:
+        check = quant_api._check_hardware_support
+        quant_api._check_hardware_support = lambda granularities: None
+        try:
+            quant_api.quantize_(model, config, **kwargs)
+        finally:
+            quant_api._check_hardware_support = check
