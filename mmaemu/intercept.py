@@ -65,7 +65,7 @@ import torch._subclasses.fake_tensor as _fake
 import torch._subclasses.functional_tensor as _functional
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from . import _foreign_ops, call, functional
+from . import _compile, _foreign_ops, call, functional
 from ._foreign_ops import FOREIGN_GEMMS, ForeignGemm
 from .backends import Backend
 from .errors import UnsupportedFeatureError
@@ -91,7 +91,8 @@ class _Kind(enum.Enum):
 
 
 def _intercepted() -> dict[Any, _Kind]:
-    """The aten overloads the mode serves (``_scaled_mm_v2`` only where torch has it)."""
+    """The aten overloads the mode serves (``_scaled_mm_v2`` only where torch has it), and their mirrors
+    (:data:`mmaemu._compile.MIRRORS`), served as the aten operator they mirror."""
     table: dict[Any, _Kind] = {}
     for kind, name in ((_Kind.SCALED_MM, "_scaled_mm"), (_Kind.SCALED_MM_V2, "_scaled_mm_v2")):
         try:
@@ -100,6 +101,8 @@ def _intercepted() -> dict[Any, _Kind]:
             continue
         for overload in packet.overloads():
             table[getattr(packet, overload)] = kind
+    for aten_op, mirror in _compile.MIRRORS.items():  # what a graph compiled inside a block calls
+        table[mirror] = table[aten_op]
     return table
 
 
@@ -233,6 +236,22 @@ class _ScaledMmMode(TorchDispatchMode):
         super().__init__()
         self.owner = owner
         self.log = log
+        self._warned_skipped_compile = False
+
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        """Let dynamo compile inside the block (torch 2.9+): the compiled graph's FP8 GEMMs are calls of the
+        mirrors, which the mode serves when they run (:mod:`mmaemu._compile`)."""
+        return True
+
+    def warned_skipped_compile(self) -> bool:
+        """Whether the block already said that dynamo ran compiled code eagerly; marks it said."""
+        said, self._warned_skipped_compile = self._warned_skipped_compile, True
+        return said
+
+    def run_opaque(self, run: Callable[[], Any], what: str) -> Any:
+        """A program the block cannot see into (an AOTInductor model): refused, or run natively and counted."""
+        return self._native(run, (), {}, (-1, -1, -1), UnsupportedFeatureError(what))
 
     def __torch_dispatch__(
         self,
@@ -253,6 +272,7 @@ class _ScaledMmMode(TorchDispatchMode):
             return self._native(func, args, kwargs, shape, UnsupportedFeatureError(_TRACING_MESSAGE.format(op=func)))
         if _is_subclass(types):
             return NotImplemented  # the subclass runs; the plain-tensor calls it makes come back here
+        _compile.warn_skipped_compile(self)
         if isinstance(target, ForeignGemm):
             return self._native(func, args, kwargs, shape, UnsupportedFeatureError(target.refusal()))
         try:
@@ -350,17 +370,27 @@ class emulate:  # noqa: N801 - used like a function: ``with mmaemu.emulate(...) 
             raise ValueError(f"fallback={fallback!r}: accepted values are 'raise' and 'native'") from None
         self.log = EmulationLog(self.profile.name)
         self._mode: _ScaledMmMode | None = None
+        self._leave: Callable[[], None] | None = None
 
     def __enter__(self) -> EmulationLog:
         if self._mode is not None:
             raise RuntimeError("this mmaemu.emulate() block is already active; make one object per block")
         self.log = EmulationLog(self.profile.name)
-        self._mode = _ScaledMmMode(self, self.log)
-        self._mode.__enter__()
+        mode = _ScaledMmMode(self, self.log)
+        mode.__enter__()
+        try:
+            self._leave = _compile.enter(mode)
+        except BaseException:
+            mode.__exit__(None, None, None)
+            raise
+        self._mode = mode
         return self.log
 
     def __exit__(self, *exc_info: object) -> None:
         mode, self._mode = self._mode, None
+        leave, self._leave = self._leave, None
+        if leave is not None:
+            leave()
         if mode is not None:
             mode.__exit__(*exc_info)
 
