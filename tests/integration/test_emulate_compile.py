@@ -94,6 +94,18 @@ def test_fullgraph_model_is_compiled_in_the_block_and_served_with_each_blocks_pr
         assert _graphs() == before + 1
 
 
+@pytest.mark.skipif(not (COMPILES and NATIVE_CPU), reason="compiles inside a block and runs torch's CPU kernel")
+def test_inductors_cpp_wrapper_calls_are_served(fresh_dynamo: None) -> None:
+    """Inductor's C++ wrapper calls aten._scaled_mm through its C shim (aoti_torch_cpu__scaled_mm_out), which no
+    dispatch mode sees: without the rewrite to the mirror the block logged 0 calls and returned torch's bits."""
+    model, x = _Fp8(), _x8()
+    compiled = torch.compile(model, fullgraph=True, options={"cpp_wrapper": True})
+    with mmaemu.emulate(profile="ada") as log:
+        got = compiled(x)
+    assert log.served == {(M, N, K): 1}
+    assert_bitwise_equal(got, _want(model, x, "ada"))
+
+
 def test_a_refused_call_in_compiled_code_raises_or_runs_natively_counted(fresh_dynamo: None) -> None:
     """A bias with an FP8 output is not modelled: refused from inside the compiled graph as in eager mode."""
     model = _Fp8(bias=True, out_dtype=E4M3)
@@ -136,27 +148,28 @@ class _Capture(TorchDispatchMode):
         return result
 
 
-@pytest.mark.parametrize("fullgraph", [False, True])
-def test_torchao_per_tensor_compiled_is_served_with_the_bits_of_its_operands(
-        fullgraph: bool, fresh_dynamo: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    """torchao's PerTensor Float8Tensor model, compiled: each GEMM the compiled code runs returns
-    mmaemu.scaled_mm's bits on the operands it passed, for each block's profile. Old code: fullgraph=True
-    raised inside the block; the default compile ran eagerly."""
+@pytest.mark.parametrize(("granularity", "fullgraph"), [("PerTensor", False), ("PerTensor", True), ("PerRow", True)])
+def test_torchao_compiled_is_served_with_the_bits_of_its_operands(
+        granularity: str, fullgraph: bool, fresh_dynamo: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """torchao's PerTensor and PerRow Float8Tensor models, compiled: each GEMM the compiled code runs returns
+    mmaemu.scaled_mm's bits on the operands it passed (tensor-wise or row-wise scales alike), for each block's
+    profile. Old code: fullgraph=True raised inside the block; the default compile ran eagerly."""
     torchao = pytest.importorskip("torchao")
+    import torchao.quantization as quantization
     import torchao.quantization.quant_api as quant_api
-    from torchao.quantization import Float8DynamicActivationFloat8WeightConfig, PerTensor, quantize_
+    from torchao.quantization import Float8DynamicActivationFloat8WeightConfig, quantize_
 
     monkeypatch.setattr(quant_api, "_check_hardware_support", lambda granularity: None)  # as on an sm_89+ GPU
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(K, K, bias=False), torch.nn.ReLU(),
                                 torch.nn.Linear(K, N, bias=False)).to(torch.bfloat16)
-    quantize_(model, Float8DynamicActivationFloat8WeightConfig(granularity=PerTensor()))
+    quantize_(model, Float8DynamicActivationFloat8WeightConfig(granularity=getattr(quantization, granularity)()))
     assert torchao is not None and type(model[0].weight).__name__ == "Float8Tensor"
     compiled = torch.compile(model, fullgraph=fullgraph)
     x = (torch.randn(M, K, generator=torch.Generator().manual_seed(5)) * 3).to(torch.bfloat16)
     before = _graphs()
     with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("ignore", mmaemu.MmaemuWarning)  # torch 2.7.1: compiled code ran eagerly
+        warnings.simplefilter("ignore", mmaemu.MmaemuWarning)  # row-wise kernels; torch 2.7.1: run eagerly
         for profile in ("hopper", "ada"):
             with mmaemu.emulate(profile=profile) as log, _Capture() as capture:
                 y = compiled(x)
@@ -164,6 +177,7 @@ def test_torchao_per_tensor_compiled_is_served_with_the_bits_of_its_operands(
             assert len(capture.calls) == 2
             for args, kwargs, result in capture.calls:
                 assert args[0].dtype == E4M3 and args[1].dtype == E4M3
+                assert args[2].numel() == (1 if granularity == "PerTensor" else M)  # the scales torchao passed
                 assert_bitwise_equal(result, mmaemu.scaled_mm(*args, **kwargs, profile=profile))
             assert_bitwise_equal(y, capture.calls[-1][2])  # the model returns the last GEMM's output
     assert _graphs() == (before + 1 if COMPILES else before)  # compiled once, inside the first block
