@@ -39,11 +39,20 @@ the reference platform's.
 Nesting: the innermost block decides each call alone. A call it runs natively goes to torch's kernel past
 every outer block (see [Note: the innermost block decides]) and is counted once, in the innermost log.
 
+Compiled code (:mod:`mmaemu._compile`): on torch 2.9 and newer ``torch.compile`` compiles inside the block
+(``fullgraph=True`` included); Inductor's graph calls the FP8 GEMMs as dispatcher-visible mirrors of the
+aten operators, which the block serves when they run, with the profile of the block that runs them. Code
+compiled outside a block recompiles inside it. On older torch (2.7.1) dynamo runs the model eagerly inside
+a block, served, and a :class:`~mmaemu.MmaemuWarning` says so. The ``eager`` and ``aot_eager`` backends
+run their graphs through the dispatcher. An AOTInductor model (a ``.pt2`` package) runs its kernels in
+C++, unseen: calling one inside a block raises :class:`~mmaemu.UnsupportedFeatureError`, or runs it
+natively and counts it (``(-1, -1, -1)``) under ``fallback="native"``; an ``ExportedProgram``'s module
+runs through the dispatcher and is served.
+
 Not intercepted: GEMMs that never reach the dispatcher as an operator, such as Transformer Engine's (it
-calls cuBLASLt from C++: replace its modules with :class:`mmaemu.nn.EmulatedFP8Linear` instead) or a
-Triton kernel launched from Python without a registered operator, and code compiled by ``torch.compile``
-(its kernels do not go through the Python dispatcher: use :class:`~mmaemu.nn.EmulatedFP8Linear` or
-:func:`mmaemu.ops.scaled_mm` there).
+calls cuBLASLt from C++: replace its modules with :class:`mmaemu.nn.EmulatedFP8Linear` instead), a
+Triton kernel launched from Python without a registered operator, and a ``torch.compile`` backend other
+than Inductor, ``eager`` and ``aot_eager`` that runs FP8 GEMMs with kernels of its own.
 
 Threads: torch keeps its stack of dispatch modes per thread, so ``emulate()`` affects only the
 thread that entered it; other threads (a data loader, a thread pool started inside the block)
