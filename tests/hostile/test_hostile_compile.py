@@ -151,6 +151,24 @@ def test_another_thread_compiling_while_a_block_is_active_gets_torchs_kernel() -
     assert torch._inductor.config.post_grad_custom_pre_pass is None  # removed when the last block left
 
 
+@needs_compile
+@pytest.mark.skipif(not NATIVE_CPU, reason="torch 2.7.1 has no CPU kernel for torch._scaled_mm")
+def test_code_compiled_inside_a_block_is_not_reused_outside() -> None:
+    """Compiled first inside a block (the mirror in the graph, Inductor's caches keyed by the pass), then called
+    outside: dynamo recompiles without the pass, and the result is torch's kernel, not an emulated one."""
+    a, b, sa, sb = _operands()
+    compiled = torch.compile(_gemm, fullgraph=True)
+    with mmaemu.emulate(profile="hopper") as log:
+        inside = compiled(a, b, sa, sb)
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    outside = compiled(a, b, sa, sb)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs + 1
+    assert log.served_calls == 1
+    assert_bitwise_equal(outside, _gemm(a, b, sa, sb))
+    assert_bitwise_equal(inside, mmaemu.scaled_mm(a, b.t(), sa, sb, out_dtype=torch.bfloat16, use_fast_accum=True,
+                                                  profile="hopper"))
+
+
 class _UserPass:
     """A user's own post-grad pass: records the FP8 GEMM targets it sees."""
 
