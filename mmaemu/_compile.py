@@ -45,15 +45,17 @@ a block crashed the process (a segmentation fault on the second block, observed)
 An AOTInductor model (``torch._inductor.aoti_load_package``, a ``.pt2`` package) runs its kernels in C++;
 its FP8 GEMMs call the native kernel through AOTInductor's C shim, which no dispatch mode sees
 (checked: a CPU package's ``aoti_torch_cpu__scaled_mm_out`` ran natively inside a block, 0 calls logged).
-``AOTICompiledModel.__call__`` (its one Python entry) is wrapped, while any block has been entered, to ask
-the innermost block of the thread first: it refuses, or under ``fallback="native"`` runs and counts it.
+The runners' Python entry points (``torch._C._aoti``: ``AOTIModelPackageLoader.run`` / ``boxed_run``, which
+``AOTICompiledModel`` calls, and ``AOTIModelContainerRunner<Device>.run``, which ``torch._export.aot_load``
+calls) are wrapped when mmaemu is imported (a method already bound before would escape), to ask the
+innermost block of the thread first: it refuses, or under ``fallback="native"`` runs the model and counts it.
+Outside a block they run as before.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
-import importlib
 import threading
 from pathlib import Path
 from typing import Any, Callable, Protocol
@@ -79,7 +81,8 @@ def _compiles_under_mode() -> bool:
 #: Whether this torch compiles a model inside a block (torch 2.9 and newer); else dynamo runs it eagerly.
 COMPILES_UNDER_MODE = _compiles_under_mode()
 
-_LIBRARY: Any = None  # the torch.library.Library of the mirrors, kept alive: its registrations die with it
+#: The torch.library.Library of the mirrors, kept alive (its registrations die with it), also across a reload.
+_LIBRARY: Any = globals().get("_LIBRARY")
 
 
 def _mirror_name(aten_name: str) -> str:
@@ -172,7 +175,6 @@ _ACTIVE = 0  # blocks active in the process, all threads
 def enter(block: Block) -> Callable[[], None]:
     """Set up compilation for a block that is being entered; return what undoes it (call it on exit)."""
     global _ACTIVE
-    _wrap_aoti()
     guard: _BlockGuard | None = None
     if COMPILES_UNDER_MODE:
         with _LOCK:
@@ -240,39 +242,47 @@ def _uninstall_pass() -> None:
 
 
 _AOTI_MESSAGE = (
-    "an AOTInductor-compiled model (a .pt2 package loaded with torch._inductor.aoti_load_package) is called "
+    "an AOTInductor-compiled model (a .pt2 package loaded with torch._inductor.aoti_load_package, or a library "
+    "loaded with torch._export.aot_load) is called "
     "inside mmaemu.emulate(): it runs its kernels in C++, where no dispatch mode sees an FP8 GEMM, so its FP8 "
     "GEMMs would run natively. Run the program as an ExportedProgram inside the block instead "
     "(torch.export.load(path).module(), served), compile the package from a model whose FP8 GEMMs are "
     "torch.ops.mmaemu.scaled_mm (mmaemu.nn.EmulatedFP8Linear) and call it outside the block, or pass "
     "fallback='native' to run it natively (counted in log.native)")
 
-#: The modules that define ``AOTICompiledModel``: torch 2.13, torch 2.7.
-_AOTI_MODULES = ("torch.export.pt2_archive._package", "torch._inductor.package.package")
+#: The Python entry points of AOTInductor's C++ runners (``torch._C._aoti``): ``AOTIModelPackageLoader``
+#: (``aoti_load_package``'s ``AOTICompiledModel`` calls ``boxed_run``) and ``AOTIModelContainerRunner<Device>``
+#: (``torch._export.aot_load`` calls ``run``).
+_AOTI_METHODS = ("run", "boxed_run")
+
+
+def _aoti_classes() -> list[type]:
+    aoti = getattr(torch._C, "_aoti", None)
+    names = [n for n in dir(aoti) if n == "AOTIModelPackageLoader" or n.startswith("AOTIModelContainerRunner")]
+    return [getattr(aoti, n) for n in names]
 
 
 def _wrap_aoti() -> None:
-    """Wrap ``AOTICompiledModel.__call__`` once per process (see the module's Note)."""
-    for name in _AOTI_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ImportError:
-            continue
-        model = getattr(module, "AOTICompiledModel", None)
-        if model is None or getattr(model.__call__, "_mmaemu_wrapped", False):
-            return
-        model.__call__ = _refusing(model.__call__)
-        return
+    """Wrap the AOTInductor runners' ``run`` and ``boxed_run`` once per process, at import (see the module's Note)."""
+    for cls in _aoti_classes():
+        for name in _AOTI_METHODS:
+            method = cls.__dict__.get(name)  # its own, not a base class's (wrapped there)
+            if method is not None and not getattr(method, "_mmaemu_wrapped", False):
+                setattr(cls, name, _refusing(method))
 
 
-def _refusing(call: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(call)
-    def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
+def _refusing(run: Callable[..., Any]) -> Callable[..., Any]:
+    """``run`` asking the innermost block of the thread first (outside any block: ``run`` itself)."""
+    @functools.wraps(run)
+    def wrapped(self: Any, *args: Any, **kwargs: Any) -> Any:
         if not _BLOCKS.stack:
-            return call(self, *args, **kwargs)
-        return _BLOCKS.stack[-1].run_opaque(lambda: call(self, *args, **kwargs), _AOTI_MESSAGE)
-    __call__._mmaemu_wrapped = True  # type: ignore[attr-defined]
-    return __call__
+            return run(self, *args, **kwargs)
+        return _BLOCKS.stack[-1].run_opaque(lambda: run(self, *args, **kwargs), _AOTI_MESSAGE)
+    wrapped._mmaemu_wrapped = True  # type: ignore[attr-defined]
+    return wrapped
+
+
+_wrap_aoti()
 
 
 def warn_skipped_compile(block: Block) -> None:

@@ -197,48 +197,39 @@ def test_an_exported_program_saved_and_loaded_is_served() -> None:
     assert_bitwise_equal(got, _want(model, x, "ada"))
 
 
-class _Loader:
-    """Stands in for torch._C._aoti.AOTIModelPackageLoader (compiling a real package takes a minute on two
-    cores: test_a_real_aoti_package_is_refused runs one under --full). torch's own AOTICompiledModel wraps it."""
-
-    def __init__(self) -> None:
-        self.runs = 0
-
-    def get_call_spec(self) -> list[str]:
-        from torch.utils import _pytree
-
-        spec = _pytree.tree_flatten(((torch.empty(0),), {}))[1]
-        return [_pytree.treespec_dumps(spec), _pytree.treespec_dumps(_pytree.tree_flatten(torch.empty(0))[1])]
-
-    def boxed_run(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
-        self.runs += 1
-        return [inputs[0] + 1]
+def _aoti_entry_points() -> list[tuple[type, str]]:
+    """AOTInductor's runners as torch defines them (torch._C._aoti), with their Python entry points."""
+    aoti = torch._C._aoti
+    classes = [getattr(aoti, n) for n in dir(aoti)
+               if n == "AOTIModelPackageLoader" or n.startswith("AOTIModelContainerRunner")]
+    return [(c, m) for c in classes for m in ("run", "boxed_run") if m in c.__dict__]
 
 
-def _aoti_model(loader: Any) -> Any:
-    from torch._inductor.package import AOTICompiledModel
-
-    return AOTICompiledModel(loader)
-
-
-def test_an_aoti_model_is_refused_in_a_block_and_counted_when_native() -> None:
-    """Old code: an AOTInductor model ran its FP8 GEMMs natively in C++ inside emulate(), 0 calls logged."""
-    loader = _Loader()
-    model, x = _aoti_model(loader), torch.ones(2)
-    with pytest.raises(mmaemu.UnsupportedFeatureError, match="AOTInductor-compiled model"):
-        with mmaemu.emulate():
-            model(x)
-    assert loader.runs == 0
-    with mmaemu.emulate(fallback="native") as log:
-        assert_bitwise_equal(model(x), x + 1)
-    assert log.native == {(-1, -1, -1): 1} and loader.runs == 1
-    assert_bitwise_equal(model(x), x + 1)  # outside a block: torch's path, unchanged
-    assert loader.runs == 2
+def test_aoti_runners_are_refused_in_a_block_before_torchs_code_runs() -> None:
+    """Old code: an AOTInductor model ran its FP8 GEMMs natively in C++ inside emulate(), 0 calls logged (a real
+    package: test_a_real_aoti_package_is_refused, --full). Here torch's own entry points are called with a
+    runner that is not one: the block refuses before torch's C++ method reads it; under fallback='native' and
+    outside a block torch's method runs and rejects it (TypeError), as without mmaemu."""
+    points = _aoti_entry_points()
+    assert {(c.__name__, m) for c, m in points} >= {("AOTIModelPackageLoader", "boxed_run"),
+                                                    ("AOTIModelPackageLoader", "run"),
+                                                    ("AOTIModelContainerRunnerCpu", "run")}
+    for cls, name in points:
+        method = getattr(cls, name)
+        with pytest.raises(mmaemu.UnsupportedFeatureError, match="AOTInductor-compiled model"):
+            with mmaemu.emulate():
+                method(object(), [])
+        with pytest.raises(TypeError), mmaemu.emulate(fallback="native") as log:
+            method(object(), [])
+        assert log.native_calls == 0  # counted only when it ran
+        with pytest.raises(TypeError):
+            method(object(), [])
 
 
 @pytest.mark.skipif(not NATIVE_CPU, reason="torch 2.7.1 has no CPU kernel for torch._scaled_mm")
 def test_a_real_aoti_package_is_refused(tmp_path: Any) -> None:
-    """A real .pt2 package (AOTInductor, CPU): its _scaled_mm runs through AOTInductor's C shim, unseen."""
+    """A real .pt2 package (AOTInductor, CPU): its _scaled_mm runs through AOTInductor's C shim, unseen. Before:
+    it ran natively inside the block, 0 calls logged."""
     from conftest import FULL
 
     if not FULL:
