@@ -68,7 +68,7 @@ from .errors import MmaemuWarning, UnsupportedFeatureError, warn_caller
 
 __all__: list[str] = []
 
-_ATEN_GEMMS = ("_scaled_mm", "_scaled_mm_v2")
+_ATEN_GEMMS = ("_scaled_mm", "_scaled_mm_v2", "_scaled_grouped_mm")  # the grouped one's mirror is refused
 
 
 def _compiles_under_mode() -> bool:

@@ -111,7 +111,8 @@ def _intercepted() -> dict[Any, _Kind]:
         for overload in packet.overloads():
             table[getattr(packet, overload)] = kind
     for aten_op, mirror in _compile.MIRRORS.items():  # what a graph compiled inside a block calls
-        table[mirror] = table[aten_op]
+        if aten_op in table:  # served; the grouped GEMM's mirror is a foreign row, refused
+            table[mirror] = table[aten_op]
     return table
 
 
