@@ -28,7 +28,6 @@ import re
 import sys
 import warnings
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -82,9 +81,9 @@ def _first_class(cell: str) -> str:
     return match.group(1)
 
 
-def rows(page: str) -> list[Row]:
-    """The behaviour tables' rows of ``page``."""
-    lines = (ROOT / page).read_text().splitlines()
+def rows(page: str, text: str | None = None) -> list[Row]:
+    """The behaviour tables' rows of ``page`` (or of ``text``, read as that page)."""
+    lines = ((ROOT / page).read_text() if text is None else text).splitlines()
     found: list[Row] = []
     i = 0
     while i < len(lines) - 1:
@@ -233,21 +232,25 @@ def test_limitations_backs_every_error_and_warning_with_an_example() -> None:
 
 
 def test_a_wrong_claim_fails(fresh_process_state: None) -> None:
-    """The checker itself: a page saying that a served bias raises, or that a warned call runs silently, fails."""
-    text = "| example | outcome |\n|---|---|\n| `scaled_mm(x, w.t(), s, s, bias=bias, out_dtype=bf16)` | {} |\n"
-    names = {"x": torch.ones(32, 1024).to(torch.float8_e4m3fn), "w": torch.ones(64, 1024).to(torch.float8_e4m3fn),
-             "s": torch.tensor(1.0), "bias": torch.zeros(64, dtype=torch.bfloat16), "bf16": torch.bfloat16,
-             "scaled_mm": mmaemu.scaled_mm}
-    for claim, passes in (("raises `UnsupportedFeatureError`", False), ("runs", False),
-                          ("warns `UnverifiedEpilogueWarning`", True)):
-        page = Path("faq.md")
-        row = Row(str(page), 1, 3, claim.replace("`", ""), _cells(text.format(claim).splitlines()[2])[0])
-        _NAMESPACES[(row.page, row.line)] = names
-        try:
-            if passes:
-                check(row)
-            else:
-                with pytest.raises(AssertionError):
-                    check(row)
-        finally:
-            del _NAMESPACES[(row.page, row.line)]
+    """The checker itself, on a made-up page: saying that a served bias raises, or that a warned call runs
+    silently, fails; saying what it does passes."""
+    page = "made-up.md"
+    text = ("```python\nx, w = torch.ones(32, 1024).to(e4m3), torch.ones(64, 1024).to(e4m3)\n```\n\n"
+            "| example | outcome |\n|---|---|\n"
+            "| `scaled_mm(x, w.t(), s, s, bias=bias, out_dtype=bf16)` | raises `UnsupportedFeatureError` |\n"
+            "| `scaled_mm(x, w.t(), s, s, bias=bias, out_dtype=bf16)` | runs |\n"
+            "| `scaled_mm(x, w.t(), s, s, bias=bias, out_dtype=bf16)` | warns `UnverifiedEpilogueWarning` |\n")
+    wrong_raises, wrong_runs, right = rows(page, text)
+    assert (right.line, right.number) == (5, 9)
+    _NAMESPACES[(page, right.line)] = {
+        "x": torch.ones(32, 1024).to(torch.float8_e4m3fn), "w": torch.ones(64, 1024).to(torch.float8_e4m3fn),
+        "s": torch.tensor(1.0), "bias": torch.zeros(64, dtype=torch.bfloat16), "bf16": torch.bfloat16,
+        "scaled_mm": mmaemu.scaled_mm}
+    try:
+        with pytest.raises(AssertionError, match="but it ran"):
+            check(wrong_raises)
+        with pytest.raises(AssertionError, match="silently"):
+            check(wrong_runs)
+        check(right)
+    finally:
+        del _NAMESPACES[(page, right.line)]
