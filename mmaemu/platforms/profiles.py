@@ -18,7 +18,7 @@ from typing import Any
 from ..epilogue import BiasOrder
 from ..errors import ExperimentalPresetWarning, UnknownNameError, warn_caller
 from ..presets import ADA, B200_MMA_SYNC, HOPPER, Maturity, Preset
-from ..split import Scheme
+from ..split import Scheme, SplitFamily
 from .table import (H100_TABLE, RTX4060_TABLE, USER_TABLES, WS_BYTES, SplitTable, check_user_table, register_table,
                     table_known)
 
@@ -39,13 +39,6 @@ __all__ = [
 ]
 
 MIB = 1 << 20
-
-
-class SplitFamily(enum.Enum):
-    """How a platform's cuBLAS deals K to split parts and combines them."""
-
-    CONTIGUOUS = "contiguous 128-wide k-tiles, serial combination"
-    ROUND_ROBIN = "round-robin 64-wide k-tiles, serial or pairwise combination"
 
 
 class Caller(enum.Enum):
@@ -108,10 +101,8 @@ class Profile:
 
     @property
     def schemes(self) -> tuple[Scheme, ...]:
-        """The split schemes this platform's cuBLAS uses."""
-        if self.split_family is SplitFamily.CONTIGUOUS:
-            return (Scheme.CONTIGUOUS,)
-        return (Scheme.SERIAL, Scheme.PAIRWISE)
+        """The split schemes this platform's cuBLAS uses (its split family's)."""
+        return self.split_family.schemes
 
     @property
     def transformer_engine(self) -> bool:

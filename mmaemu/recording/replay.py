@@ -46,10 +46,11 @@ import numpy as np
 
 from ..backends import Backend, parse_backend, supports
 from ..errors import MmaemuError, MmaemuWarning
-from ..platforms.profiles import PROFILES, Caller, Profile, SplitFamily
-from ..platforms.splitk import Problem, SplitSource, resolve_splitk, scheme_for
+from ..platforms.profiles import PROFILES, Caller, Profile
+from ..platforms.splitk import Problem, SplitSource, resolve_splitk
 from ..platforms.table import Setting, SplitTable
 from ..presets import Preset, get_preset
+from ..split import SplitFamily
 from ._attestation import attest
 from .directory import RecordingDirectory
 from ._envelope import TableRows
@@ -175,7 +176,7 @@ def _replay_call(call: CallRecord, rec: Recording, profile: Profile, backend: st
     a, b = call_inputs(call.data, call.seed, call.m, call.n, call.k, call.fmt_a, call.fmt_b)
     if inputs_sha256(a, b) != call.input_sha256:
         return CallOutcome(call.id, call.call_class, False, "inputs", None, elements)
-    split: Any = 1 if call.S <= 1 else (call.S, scheme_for(profile, call.S, call.custom))
+    split: Any = 1 if call.S <= 1 else (call.S, profile.split_family.scheme_for(call.S, call.custom))
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", MmaemuWarning)
@@ -356,7 +357,7 @@ def _replay_calls(rec: Recording, chosen: Preset | None, family: SplitFamily | N
             by_class[o.call_class.value]["equal"] += int(o.equal)
             if o.equal and call.S > 1 and call.error is None:
                 setting = Setting(call.fmt_a, call.fmt_b, call.out, call.fast, call.workspace_bytes)
-                verified.add(setting.combo(call.S, scheme_for(profile, call.S, call.custom)))
+                verified.add(setting.combo(call.S, profile.split_family.scheme_for(call.S, call.custom)))
     bad = [o for o in outcomes if not o.equal]
     for reason in sorted({o.reason for o in bad}):
         group = [o for o in bad if o.reason == reason]
@@ -441,7 +442,7 @@ def main_replay(path: str, backend: str, preset: str | None, split_family: str |
     2 when the replay could not run: a refused argument or an unreadable recording (nothing written
     then), or damaged data files (the report, written, names them)."""
     stream = stream or sys.stdout
-    families = {"contiguous": SplitFamily.CONTIGUOUS, "round-robin": SplitFamily.ROUND_ROBIN}
+    families = {f.value: f for f in SplitFamily}
     if split_family is not None and split_family not in families:
         sys.stderr.write(f"mmaemu replay: split family {split_family!r} is not one of {sorted(families)}\n")
         return 2
