@@ -250,7 +250,8 @@ def _envelope(profile: Profile, problem: Problem, table: SplitTable) -> tuple[Sp
         return None, f"M*N = {mn:,} is not above {bound:,}, twice the setting's largest split M*N"
     return SplitDecision(
         1, Scheme.NONE, SplitSource.ENVELOPE, True, table.table_id,
-        f"M*N = {mn:,} > {bound:,}, twice the largest split M*N of this setting on the RTX 4060",
+        f"M*N = {mn:,} > {bound:,}, twice the largest split M*N of this setting on the "
+        f"{profile.gpu.removeprefix('NVIDIA ')}",
     ), ""
 
 
