@@ -107,7 +107,7 @@ class SplitFamily(TextEnum):
     row or recorded call has a part without a tile (``[Note: empty parts]`` in :mod:`mmaemu.accumulation`).
     The round-robin family is the RTX 4060's: 64-wide k-tiles dealt round-robin, parts added serially
     (customOption 0, 2) or pairwise (customOption 1) (``recordings/rtx4060``: ``c5.v0_reduce_probes``,
-    ``c5.v2_forced_probes`` with all three customOptions; NUMERICS section 2); its table splits K = 16 three
+    ``c5.v2_forced_probes`` with all three customOptions; seeds 002); its table splits K = 16 three
     ways, and those calls replay with the empty parts as +0.
     """
 
@@ -120,8 +120,8 @@ class SplitFamily(TextEnum):
     description: str
 
     def __new__(cls, value: str, dealing: Dealing, tile: int, schemes: tuple[Scheme, ...],
-                custom_schemes: tuple[tuple[int, Scheme], ...], replayed_custom: frozenset[int], empty_parts_recorded: bool,
-                description: str) -> SplitFamily:
+                custom_schemes: tuple[tuple[int, Scheme], ...], replayed_custom: frozenset[int],
+                empty_parts_recorded: bool, description: str) -> SplitFamily:
         member = str.__new__(cls, value)
         member._value_ = value
         member.dealing, member.tile, member.schemes = dealing, tile, schemes

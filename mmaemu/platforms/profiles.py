@@ -137,7 +137,8 @@ def te_workspace(gpu: ReferenceGpu) -> int:
     return 32 * MIB if gpu.architecture.capability >= (9, 0) else 4 * MIB
 
 
-def _profile(name: str, gpu: ReferenceGpu, caller: Caller, workspace: int, maturity: Maturity, table: bool = True) -> Profile:
+def _profile(name: str, gpu: ReferenceGpu, caller: Caller, workspace: int, maturity: Maturity,
+             table: bool = True) -> Profile:
     return Profile(
         name=name, preset=gpu.preset, split_family=gpu.split_family, gpu=gpu.name, sm_count=gpu.sm_count,
         cublaslt=gpu.cublaslt, torch_version=gpu.torch_version, caller=caller, workspace_bytes=workspace,
@@ -157,7 +158,8 @@ PROFILES: dict[str, Profile] = {
     p.name: p
     for p in (
         *(p for gpu in GPUS.values() for p in profiles_of(gpu)),
-        _profile("hopper-experimental", GPUS["h100"], Caller.TORCH, TORCH_WORKSPACE, Maturity.EXPERIMENTAL, table=False),
+        _profile("hopper-experimental", GPUS["h100"], Caller.TORCH, TORCH_WORKSPACE, Maturity.EXPERIMENTAL,
+                 table=False),
         Profile(
             name="b200-mma-sync-experimental",
             preset=B200_MMA_SYNC,

@@ -56,7 +56,8 @@ def test_a_bad_field_is_refused_by_the_record(change: dict[str, Any], error: typ
 @pytest.mark.parametrize(("gpu", "kwargs", "error", "match"), [
     ("not a record", {}, TypeError, "gpu must be a ReferenceGpu"),
     (GPUS["h100"], {}, ValueError, "'h100' is a shipped GPU's key"),
-    (dataclasses.replace(GPUS["h100"], key="h100-copy", table_sha256=None), {}, ValueError, "profile names .* are taken"),
+    (dataclasses.replace(GPUS["h100"], key="h100-copy", table_sha256=None), {}, ValueError,
+     "profile names .* are taken"),
     (ReferenceGpu(**{**GOOD, "profile": "ada"}), {"table": table()}, ValueError, "profile names .* are taken"),
     (ReferenceGpu(**{**GOOD, "table_sha256": ("0" * 64, "0" * 64)}), {"table": table()}, ValueError,
      "pins table_sha256"),

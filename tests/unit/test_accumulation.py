@@ -136,7 +136,7 @@ def test_empty_parts_contribute_zero_and_warn_only_without_evidence() -> None:
     assert acc.tolist() == [[256.0]]
 
 
-# Each scheme is one split family and one combination order, as the seeds state them (NUMERICS section 2):
+# Each scheme is one split family and one combination order, as the seeds state them (seeds 002):
 # the H100 PCIe's contiguous runs of 128-wide k-tiles added serially; the RTX 4060's 64-wide k-tiles dealt
 # round-robin, added serially or pairwise.
 @pytest.mark.parametrize(("scheme", "dealing", "tile", "combination"), [
@@ -154,7 +154,7 @@ def test_a_scheme_is_one_family_and_one_combination(scheme: Scheme, dealing: Dea
 
 def test_the_customoption_rule_of_each_family() -> None:
     """The H100 PCIe combines every customOption contiguously and serially; the RTX 4060 serially for
-    customOption 0 and 2, pairwise for 1 (NUMERICS section 2). Split calls were replayed with customOption
+    customOption 0 and 2, pairwise for 1 (seeds 002). Split calls were replayed with customOption
     0 to 3 on the H100 (none with 4 to 7: seeds 004) and with all three on the RTX 4060 (seeds 002)."""
     for custom in range(8):
         assert SplitFamily.CONTIGUOUS.scheme_for(4, custom) is Scheme.CONTIGUOUS

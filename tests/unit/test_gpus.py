@@ -33,7 +33,8 @@ MIB = 1 << 20
 
 def test_an_unknown_gpu_is_an_error() -> None:
     """The old profile builder gave any key but "h100" the RTX 4060's name, SM count, split family and table."""
-    with pytest.raises(UnknownNameError, match="'a100' is not a reference GPU; the registered GPUs are 'h100', 'rtx4060'"):
+    with pytest.raises(UnknownNameError, match="'a100' is not a reference GPU; the registered GPUs are 'h100', "
+                                               "'rtx4060'"):
         reference_gpu("a100")
     with pytest.raises(TypeError):
         reference_gpu(None)  # type: ignore[arg-type]
