@@ -419,7 +419,7 @@ def prepare_call(
 def _empty_parts_message(split: SplitK, k: int, empty: tuple[int, ...]) -> str:
     return (
         f"split-K {split!r} over K = {k}: parts {list(empty)} own no k-tile; they are modelled as +0, which no "
-        "contiguous-family (H100) recording has shown"
+        f"recording of the {split.scheme.family} split family has shown"
     )
 
 

@@ -345,7 +345,7 @@ def profiles_table() -> str:
     for p in profiles():
         ws = f"{p.workspace_bytes // 2**20} MiB" if p.workspace_bytes else "no workspace"
         rows.append(f"| `{p.name}` | {p.gpu} ({p.sm_count}) | {p.cublaslt}, {p.torch_version} | {p.caller.value}, {ws} "
-                    f"| `{p.preset.name}` ({p.preset.block_size}, {p.preset.frac_bits}) | {p.split_family.value} "
+                    f"| `{p.preset.name}` ({p.preset.block_size}, {p.preset.frac_bits}) | {p.split_family.description} "
                     f"| {'`' + p.table_id + '`' if p.table_id else 'none'} | {p.maturity.value} |")
     return "\n".join(rows)
 

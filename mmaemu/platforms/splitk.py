@@ -43,7 +43,7 @@ from ..formats import Fp8Format, OutFormat
 from .._host import env_flag
 from ..split import Scheme, SplitK
 from . import cublaslt, inference
-from .profiles import Profile, SplitFamily
+from .profiles import Profile
 from .table import Setting, SplitTable, unpack_key
 
 __all__ = [
@@ -166,12 +166,9 @@ def live_query(profile: Profile, problem: Problem) -> tuple[int, int] | None:
 
 
 def scheme_for(profile: Profile, s: int, custom: int) -> Scheme:
-    """The split scheme of a cuBLASLt decision (S and customOption) on ``profile``'s platform."""
-    if s == 1:
-        return Scheme.NONE
-    if profile.split_family is SplitFamily.CONTIGUOUS:
-        return Scheme.CONTIGUOUS  # every customOption combines contiguously and serially (seeds 002)
-    return Scheme.PAIRWISE if custom == 1 else Scheme.SERIAL
+    """The split scheme of a cuBLASLt decision (S and customOption) on ``profile``'s platform (its split
+    family's rule, :meth:`~mmaemu.split.SplitFamily.scheme_for`)."""
+    return profile.split_family.scheme_for(s, custom)
 
 
 def combo_verified(profile: Profile, problem: Problem, s: int, scheme: Scheme) -> bool:
@@ -253,7 +250,8 @@ def _envelope(profile: Profile, problem: Problem, table: SplitTable) -> tuple[Sp
         return None, f"M*N = {mn:,} is not above {bound:,}, twice the setting's largest split M*N"
     return SplitDecision(
         1, Scheme.NONE, SplitSource.ENVELOPE, True, table.table_id,
-        f"M*N = {mn:,} > {bound:,}, twice the largest split M*N of this setting on the RTX 4060",
+        f"M*N = {mn:,} > {bound:,}, twice the largest split M*N of this setting on the "
+        f"{profile.gpu.removeprefix('NVIDIA ')}",
     ), ""
 
 
@@ -327,8 +325,8 @@ def _decide(profile: Profile, problem: Problem, steps: list[SplitStep] | None = 
             s, custom = int(table.S[row]), int(table.custom[row])
             scheme = scheme_for(profile, s, custom)
             verified = combo_verified(profile, problem, s, scheme)
-            if s > 1 and profile.split_family is SplitFamily.CONTIGUOUS and custom >= 4:
-                verified = False  # customOption 4-7 on split rows: never replayed (seeds 002)
+            if s > 1 and custom not in profile.split_family.replayed_custom:
+                verified = False  # a customOption no split call of the family replayed ([Note: split families])
             return SplitDecision(s, scheme, SplitSource.TABLE, verified, table.table_id,
                                  f"row {row} of {table.table_id} (customOption {custom})")
         skip(SplitSource.TABLE, f"{table.table_id} has no row for {problem.m} x {problem.n} x {problem.k} in this "

@@ -117,3 +117,23 @@ def test_explain_says_extrapolated_for_n(capsys: pytest.CaptureFixture[str], mon
     assert main(["explain", "1", str(N_MAX + 16), str(K), "--fast"]) == 0
     out = capsys.readouterr().out
     assert "(not verified, extrapolated)" in out and "N = 1,048,592 is outside the 16 <= N <= 1,048,576" in out
+
+
+# H100 table rows at 32 MiB (hopper-te) whose split the table lists as replayed for the setting, with the
+# customOption of the row: no live split call ran with customOption 4 to 7 (seeds 004), 0 to 3 did.
+@pytest.mark.parametrize(("m", "n", "k", "parts", "custom", "verified"), [
+    (112, 8192, 28672, 2, 4, False),
+    (65, 8192, 28672, 3, 5, False),
+    (48, 64, 5760, 2, 3, True),
+])
+def test_a_customoption_no_split_call_replayed_is_unverified(m: int, n: int, k: int, parts: int, custom: int,
+                                                              verified: bool) -> None:
+    problem = Problem(m, n, k, E4, E4, OutFormat.FLOAT32, False)
+    profile = get_profile("hopper-te")
+    table = SplitTable.load(H100_TABLE)
+    assert table.is_verified(problem.setting(profile.workspace_bytes), parts, Scheme.CONTIGUOUS)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", mmaemu.MmaemuWarning)
+        d = resolve_splitk(profile, problem)
+    assert (d.parts, d.scheme, d.source, d.verified) == (parts, Scheme.CONTIGUOUS, SplitSource.TABLE, verified)
+    assert d.note.endswith(f"(customOption {custom})")
