@@ -20,8 +20,9 @@
 [Note: out] :func:`check_call` never modifies ``out``: it only decides. The caller resizes and writes
 ``out`` once every check and decision passed, so a refused call leaves ``out`` as it was (shape,
 strides and contents). An ``out`` whose written elements (after the resize torch would do) share
-memory with anything the call reads (the bias as cuBLASLt reads it, [Note: bias memory]) is refused: torch 2.7.1 does not check it and the GPU would
-read operands while overwriting them, so no result is defined.
+memory with anything the call reads (the bias as cuBLASLt reads it, [Note: bias memory]) is refused:
+torch 2.7.1 does not check it and the GPU would read operands while overwriting them, so no result
+is defined.
 
 The order and messages follow torch 2.7.1's ``_scaled_mm_out_cuda`` (aten/src/ATen/native/cuda/
 Blas.cpp) and are checked against the RTX 4060's recorded API grids (``recordings/rtx4060``, kind
