@@ -16,7 +16,7 @@ import torch
 from .accumulation import plan_accumulation
 from .backends import Backend, parse_backend, require, resolve_backend
 from .backends import run as run_backend
-from .checks import CheckedCall, ScalingType, check_call, cublaslt_bias
+from .checks import CheckedCall, ScalingType, check_call, cublaslt_bias, has_algorithm
 from .epilogue import BiasOrder, scratch_epilogue
 from .errors import (
     warn_caller,
@@ -122,6 +122,8 @@ def _default_split(a: torch.Tensor, b: torch.Tensor, fast: bool, profile: str | 
     m, n, k = a.shape[0], b.shape[0], a.shape[1]
     decided: dict[OutFormat, tuple[Problem, SplitDecision]] = {}
     for out in OutFormat:
+        if not has_algorithm(a.dtype, b.dtype, out.dtype):
+            continue  # a call the reference cuBLASLt rejects: scaled_mm never runs it
         problem = Problem(m, n, k, fmt_a, fmt_b, out, fast)
         decision = decide_quietly(prof, problem)
         if decision is not None:

@@ -125,9 +125,10 @@ def _refusal(model: KernelModel, mat1: torch.Tensor, mat2: torch.Tensor, scale_a
              scale_b: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor | None) -> str | None:
     """Why the kernel's result is not determined for these layouts, or None."""
     m, k, n = int(mat1.shape[0]), int(mat1.shape[1]), int(mat2.shape[1])
-    kept = out if out is not None and tuple(out.shape) == (m, n) else None  # else resized: contiguous, fresh
+    kept = out if out is not None and tuple(out.shape) == (m, n) else None  # else resized: contiguous strides
+    # torch's resize keeps out's storage offset, so a resized out is written from the same offset
     odd = _misaligned([("mat1", mat1), ("mat2", mat2), ("scale_a", scale_a), ("scale_b", scale_b), ("bias", bias),
-                       ("out", kept)])
+                       ("out", out)])
     if odd:
         return (f"{', '.join(odd)} not 16-byte aligned (storage offset): the kernel's 16-byte loads and stores from "
                 "such a pointer are not characterised. Pass tensors whose storage offset is a multiple of 16 bytes")
