@@ -206,8 +206,10 @@ def split_warnings(profile: Profile, problem: Problem, decision: SplitDecision) 
 # decision keeps S = 1 (the bits do not change) but is ``extrapolated`` and ``verified=False`` with an
 # UnvalidatedEnvelopeWarning: no hardware query backs it, as none backs an inference rule, whose domain
 # stops at the same M and N (mmaemu/platforms/inference.py). A fitted envelope that records no range is
-# treated as extrapolated everywhere. The RTX 4060 envelope (twice the largest split M*N, a K-free rule of
-# another kind) records no range and is not marked.
+# treated as extrapolated everywhere. The RTX 4060 envelope (twice the largest split M*N) is a K-free rule
+# checked on its table and 1,512,000 live queries, none beyond the table's K (16 to 16,384); seeds 000 says
+# a K bound alone is not safe there, and seeds 002 counts envelope decisions as not validated. So above the
+# largest K its table records, its decision is ``extrapolated`` and not verified, the same way.
 
 
 def _extrapolation(env: dict[str, Any], problem: Problem) -> str:
@@ -248,10 +250,13 @@ def _envelope(profile: Profile, problem: Problem, table: SplitTable) -> tuple[Sp
     bound = 2 * int(stats["max_split_MN"])
     if mn <= bound:
         return None, f"M*N = {mn:,} is not above {bound:,}, twice the setting's largest split M*N"
+    k_max = table.largest_k
+    beyond = f"K = {problem.k:,} is above the largest K its table records ({k_max:,})" if problem.k > k_max else ""
     return SplitDecision(
-        1, Scheme.NONE, SplitSource.ENVELOPE, True, table.table_id,
+        1, Scheme.NONE, SplitSource.ENVELOPE, not beyond, table.table_id,
         f"M*N = {mn:,} > {bound:,}, twice the largest split M*N of this setting on the "
-        f"{profile.gpu.removeprefix('NVIDIA ')}",
+        f"{profile.gpu.removeprefix('NVIDIA ')}" + (f"; extrapolated: {beyond}" if beyond else ""),
+        extrapolated=bool(beyond),
     ), ""
 
 

@@ -323,7 +323,7 @@ def _check_shipped_bytes(table_id: str, npz_bytes: bytes, json_bytes: bytes) -> 
             raise RuntimeError(
                 f"mmaemu's shipped split-K table file {table_id}{suffix} has sha256 {got}, not the {want} mmaemu "
                 "ships: the installed package data is damaged or edited, so it cannot speak for the reference GPU; "
-                "reinstall mmaemu (pip install --force-reinstall mmaemu)")
+                "reinstall mmaemu (pip install --force-reinstall . from its checkout: the distribution mmaemu-bits)")
 
 
 @dataclass(frozen=True)
@@ -437,6 +437,11 @@ class SplitTable:
             found = (pos < hi) & (self.key[pos_ok] == keys[sel])
             idx[sel[found]] = pos_ok[found]
         return idx
+
+    @functools.cached_property
+    def largest_k(self) -> int:
+        """The largest K of any recorded row (0 for an empty table)."""
+        return int(unpack_key(self.key)[2].max()) if len(self.key) else 0
 
     def setting_stats(self, setting: Setting) -> dict[str, Any] | None:
         """The recorded statistics of one setting (rows, split rows, largest split M*N, ...)."""

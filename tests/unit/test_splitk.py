@@ -137,3 +137,31 @@ def test_a_customoption_no_split_call_replayed_is_unverified(m: int, n: int, k: 
         d = resolve_splitk(profile, problem)
     assert (d.parts, d.scheme, d.source, d.verified) == (parts, Scheme.CONTIGUOUS, SplitSource.TABLE, verified)
     assert d.note.endswith(f"(customOption {custom})")
+
+
+def test_the_rtx4060_envelope_beyond_its_tables_k_is_extrapolated() -> None:
+    """The RTX 4060 envelope (S = 1 above twice the setting's largest split M*N) was checked on its table and
+    live queries, whose K stop at 16,384: inside that K it stays verified; above it the decision is the same
+    S = 1 but extrapolated, not verified, and warned (seeds 002: envelope decisions are not validated there)."""
+    import warnings
+
+    import mmaemu
+    from mmaemu.formats import Fp8Format, OutFormat
+    from mmaemu.platforms.profiles import get_profile
+    from mmaemu.platforms.splitk import Problem, SplitSource, resolve_splitk, trace_splitk
+
+    ada = get_profile("ada")
+    for k, extrapolated in ((16384, False), (16400, True), (4194304, True)):
+        problem = Problem(2048, 5760, k, Fp8Format.E4M3, Fp8Format.E4M3, OutFormat.BFLOAT16, True)
+        steps = trace_splitk(ada, problem)
+        if k == 16384 and steps[-1].source is not SplitSource.ENVELOPE:
+            continue  # a table row decides this one
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            decision = resolve_splitk(ada, problem)
+        assert (decision.parts, decision.source) == (1, SplitSource.ENVELOPE)
+        assert (decision.extrapolated, decision.verified) == (extrapolated, not extrapolated), decision
+        warned = [w for w in caught if issubclass(w.category, mmaemu.UnvalidatedEnvelopeWarning)]
+        assert bool(warned) == extrapolated
+        if extrapolated:
+            assert "above the largest K its table records (16,384)" in decision.note
