@@ -1,7 +1,7 @@
 """Third-party FP8 GEMM operators that :func:`mmaemu.emulate` knows by name, and what it does with each.
 
 torchao, mslk (formerly FBGEMM GenAI), FBGEMM, vLLM and sgl-kernel register FP8 GEMMs as operators of
-their own (``torch.ops.<namespace>.<name>``). They never reach ``aten._scaled_mm``, so without this table
+their own (``torch.ops.<namespace>.<name>``), and torch has a grouped one (``aten._scaled_grouped_mm``). They never reach ``aten._scaled_mm``, so without this table
 ``emulate()`` would let them run natively in silence. :func:`lookup` matches an operator by its qualified
 name (``"mslk::f8f8bf16_rowwise"``) when the call reaches the dispatch mode, so a library registered
 after ``import mmaemu`` (or never installed) is matched all the same.
@@ -80,6 +80,7 @@ class ForeignGemm:
                 f"{_ADVICE[self.library]} Or pass fallback='native' to run it natively and count it in log.native.")
 
 
+_TORCH = "torch"
 _TORCHAO = "torchao"
 _MSLK = "mslk"
 _FBGEMM = "FBGEMM GenAI"
@@ -87,6 +88,7 @@ _VLLM = "vLLM"
 _SGL = "sgl-kernel"
 
 _ADVICE = {
+    _TORCH: "Run the groups (mixture-of-experts layers) as separate torch._scaled_mm calls, which are served.",
     _TORCHAO: "For torchao, quantize with Float8DynamicActivationFloat8WeightConfig(granularity=PerTensor()) "
               "and the default kernel preference: torchao then calls torch._scaled_mm, which is served.",
     _MSLK: "For torchao models, quantize with granularity=PerTensor(), or PerRow() with "
@@ -104,7 +106,14 @@ _GROUPED_ROW = "grouped FP8 GEMM with row-wise scales, CUTLASS kernel"
 
 
 def _rows() -> list[ForeignGemm]:
+    grouped = "grouped FP8 GEMM (tensor- or row-wise scales per group), CUTLASS kernel"
     rows = [
+        # torch's own FP8 GEMMs that are not aten._scaled_mm(_v2), and their mirrors in code compiled inside a
+        # block (mmaemu._compile.MIRRORS): no CPU kernel, so on a CPU they fail in torch; on a GPU they ran
+        # natively in silence
+        ForeignGemm("aten::_scaled_grouped_mm", _TORCH, grouped),
+        ForeignGemm("aten::_scaled_grouped_mm_v2", _TORCH, grouped),
+        ForeignGemm("mmaemu::compiled_scaled_grouped_mm", _TORCH, grouped + " (in compiled code)"),
         ForeignGemm("ao::blockwise_fp8_gemm", _TORCHAO,
                     _BLOCK + " (1x128 activations x 128x128 weights), Triton kernel", "a", "b", Layout.NK, served=True),
         ForeignGemm("torchao::blockwise_scaled_mm", _TORCHAO, _BLOCK + " (1x128 / 128x128 recipes), Triton kernel",

@@ -26,7 +26,8 @@ not writable by others; a secret (the key) not readable or writable by group or 
 file inside a folder closed to group and others (mode 0700, as mmaemu makes them) is accepted: nobody else can
 reach it there, and numba writes its files with the umask's mode (0664 under the user-private-group umask
 002). Group write through this user's own private group is no one else's write ([Note: user private
-groups]). The checks hold against other users, not against root.
+groups]), unless a POSIX ACL makes the group bits its mask (:func:`_plain_mode`). The checks hold against
+other users, not against root.
 
 [Note: races] Once a chain passes, no other user can change it (only an owner can chmod a folder, only root can
 chown), so what is read later is what was checked; folders are made top-down, each after its parent passed, so
@@ -99,9 +100,30 @@ def _private_group(gid: int) -> bool:
         return False
 
 
-def _group_write_only_by_me(st: os.stat_result) -> bool:
-    """Whether the only write ``st`` grants beyond its owner is to this user's private group."""
-    return not st.st_mode & stat.S_IWOTH and _private_group(st.st_gid)
+_ACL_XATTR = "system.posix_acl_access"
+
+
+def _plain_mode(path: Path) -> bool:
+    """Whether ``path``'s group permission bits are its owning group's: it has no extended access ACL.
+
+    With a POSIX ACL the mode's group bits are the ACL's mask, the most any named user or group entry grants,
+    so g+w may be another user's write. Linux keeps an extended ACL in the ``system.posix_acl_access``
+    attribute; where it cannot be read (no ``os.getxattr``: macOS, whose ACLs the mode does not show either;
+    an error other than "no such attribute" or "not supported") the bits are not taken as the group's.
+    """
+    getxattr = getattr(os, "getxattr", None)
+    if getxattr is None:
+        return False
+    try:
+        getxattr(path, _ACL_XATTR, follow_symlinks=False)
+    except OSError as exc:
+        return exc.errno in (errno.ENODATA, errno.ENOTSUP, errno.EOPNOTSUPP)
+    return False
+
+
+def _group_write_only_by_me(path: Path, st: os.stat_result) -> bool:
+    """Whether the only write ``path`` (``st``) grants beyond its owner is to this user's private group."""
+    return not st.st_mode & stat.S_IWOTH and _private_group(st.st_gid) and _plain_mode(path)
 
 
 def _untrusted(path: Path, st: os.stat_result, problem: str, fix: str) -> UntrustedCacheError:
@@ -122,7 +144,7 @@ def _folder_problem(path: Path, st: os.stat_result, private: bool, setting: str)
         return None
     if st.st_uid != euid and (private or st.st_uid != 0):
         return _untrusted(path, st, "belongs to another user", elsewhere)
-    if st.st_mode & _WRITE_GO and (private or not st.st_mode & stat.S_ISVTX) and not _group_write_only_by_me(st):
+    if st.st_mode & _WRITE_GO and (private or not st.st_mode & stat.S_ISVTX) and not _group_write_only_by_me(path, st):
         who = "others" if st.st_mode & stat.S_IWOTH else "its group"
         return _untrusted(path, st, f"is writable by {who}",
                           f"run `chmod go-w '{path}'` and remove what others may have put under it (mmaemu makes "
@@ -184,7 +206,7 @@ def _file_problem(path: Path, st: os.stat_result, *, secret: bool, closed: bool)
     if st.st_nlink != 1:
         return _untrusted(path, st, f"has {st.st_nlink} names (hard links)", remove)
     mask = _ACCESS_GO if secret else (stat.S_IWOTH if closed else _WRITE_GO)
-    if st.st_mode & mask and (secret or not _group_write_only_by_me(st)):
+    if st.st_mode & mask and (secret or not _group_write_only_by_me(path, st)):
         if secret:
             return _untrusted(path, st, "is readable or writable by group or others", remove)
         return _untrusted(path, st, "is writable by others", f"{remove}; numba writes its files with the umask's "
@@ -201,7 +223,8 @@ def check_private_entries(folder: Path, setting: str) -> None:
         OSError: the folder cannot be listed.
     """
     folder_st = os.stat(folder)
-    closed = not folder_st.st_mode & 0o007 and (not folder_st.st_mode & 0o070 or _private_group(folder_st.st_gid))
+    closed = not folder_st.st_mode & 0o007 and (not folder_st.st_mode & 0o070 or (_private_group(folder_st.st_gid)
+                                                                                  and _plain_mode(folder)))
     with os.scandir(folder) as entries:
         for entry in entries:
             path = Path(entry.path)

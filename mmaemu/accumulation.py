@@ -10,14 +10,17 @@ the fp32 partial results are added*; the arithmetic of a chain is :mod:`mmaemu.m
   elements *of the part's own k sequence*, added serially from +0); the part results are then
   combined in fp32, round to nearest even:
 
-  - ``contiguous`` (the H100 PCIe family): 128-wide k-tiles in contiguous runs, part j owns
-    ``[j*C, min((j+1)*C, K))`` with ``C = ceil(ceil(K/128)/S) * 128``; parts added serially.
-  - ``serial`` and ``pairwise`` (the RTX 4060 family): 64-wide k-tiles dealt round-robin, tile t to
-    part ``t mod S``; ``serial`` adds the parts in index order, ``pairwise`` by the steps of
-    :func:`pairwise_steps`.
+  - ``contiguous`` (:attr:`~mmaemu.split.SplitFamily.CONTIGUOUS`, 128-wide k-tiles): tiles in contiguous
+    runs, part j owns ``[j*C, min((j+1)*C, K))`` with ``C = ceil(ceil(K/128)/S) * 128``; parts added serially.
+  - ``serial`` and ``pairwise`` (:attr:`~mmaemu.split.SplitFamily.ROUND_ROBIN`, 64-wide k-tiles): tiles
+    dealt round-robin, tile t to part ``t mod S``; ``serial`` adds the parts in index order, ``pairwise``
+    by the steps of :func:`pairwise_steps`.
+
+  The family's facts (dealing, tile width, combination orders) are :class:`~mmaemu.split.SplitFamily`'s;
+  this module computes the plan from them.
 
 [Note: empty parts] A part that owns no k-tile contributes +0. In the round-robin family this is
-hardware evidence: the RTX 4060 table splits K = 16 three ways (one 64-wide tile), and recorded
+hardware evidence (:attr:`~mmaemu.split.SplitFamily.empty_parts_recorded`): the RTX 4060 table splits K = 16 three ways (one 64-wide tile), and recorded
 calls with S = 2 and 3 on a single tile (e.g. ``c4.V1/v1_627``, ``c4.V3/v3_1366``, the
 ``epilogue.*`` records with K = 32) replay with it. In the contiguous family no H100 table row or
 recorded call has a part without a tile: there it is modelled the same way and the plan marks it
@@ -37,7 +40,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .split import Scheme, SplitK
+from .split import Combination, Dealing, Scheme, SplitFamily, SplitK
 
 __all__ = [
     "AccumulationPlan",
@@ -59,10 +62,10 @@ __all__ = [
 
 #: Slow accumulation starts a new chain every 128 elements of K (seeds 001, 002; RTX 4060 recordings).
 SLOW_CHUNK = 128
-#: k-tile width of the contiguous (H100 PCIe) split family.
-CONTIGUOUS_TILE = 128
-#: k-tile width of the round-robin (RTX 4060) split family.
-ROUND_ROBIN_TILE = 64
+#: k-tile width of the contiguous split family (:attr:`mmaemu.split.SplitFamily.tile`).
+CONTIGUOUS_TILE = SplitFamily.CONTIGUOUS.tile
+#: k-tile width of the round-robin split family (:attr:`mmaemu.split.SplitFamily.tile`).
+ROUND_ROBIN_TILE = SplitFamily.ROUND_ROBIN.tile
 
 
 Ranges = tuple[tuple[int, int], ...]
@@ -88,8 +91,10 @@ class AccumulationPlan:
 
     @property
     def unverified_empty_parts(self) -> tuple[int, ...]:
-        """Empty parts that no hardware evidence covers (contiguous family only; see the module note)."""
-        return self.empty_parts if self.split.scheme is Scheme.CONTIGUOUS else ()
+        """Empty parts that no hardware evidence covers (a family without recorded empty parts; see the
+        module note)."""
+        family = self.split.scheme.family
+        return () if family is None or family.empty_parts_recorded else self.empty_parts
 
     def part_sequence(self, part: int) -> Ranges:
         """All k ranges of a part, in the order its chains consume them."""
@@ -97,21 +102,21 @@ class AccumulationPlan:
 
 
 def _part_ranges(k: int, split: SplitK) -> list[Ranges]:
-    s = split.parts
-    if split.scheme is Scheme.NONE:
+    s, family = split.parts, split.scheme.family
+    if family is None:
         return [((0, k),) if k else ()]
-    if split.scheme is Scheme.CONTIGUOUS:
-        tiles = math.ceil(k / CONTIGUOUS_TILE)
-        width = math.ceil(tiles / s) * CONTIGUOUS_TILE
+    tile = family.tile
+    tiles = math.ceil(k / tile)
+    if family.dealing is Dealing.CONTIGUOUS:
+        width = math.ceil(tiles / s) * tile
         out: list[Ranges] = []
         for j in range(s):
             start, stop = j * width, min((j + 1) * width, k)
             out.append(((start, stop),) if start < stop else ())
         return out
-    tiles = math.ceil(k / ROUND_ROBIN_TILE)
     per_part: list[list[tuple[int, int]]] = [[] for _ in range(s)]
     for t in range(tiles):
-        per_part[t % s].append((t * ROUND_ROBIN_TILE, min((t + 1) * ROUND_ROBIN_TILE, k)))
+        per_part[t % s].append((t * tile, min((t + 1) * tile, k)))
     return [tuple(p) for p in per_part]
 
 
@@ -155,18 +160,17 @@ MAX_EMPTY_PARTS = 2
 
 def k_tiles(k: int, scheme: Scheme) -> int:
     """How many k-tiles a reduction of length ``k`` has in a split family (0 for an unsplit call)."""
-    if scheme is Scheme.NONE:
-        return 0
-    width = CONTIGUOUS_TILE if scheme is Scheme.CONTIGUOUS else ROUND_ROBIN_TILE
-    return -(-k // width)
+    family = scheme.family
+    return 0 if family is None else -(-k // family.tile)
 
 
 def empty_part_count(k: int, split: SplitK) -> int:
     """How many parts of ``split`` own no k-tile over a reduction of length ``k`` (computed, not dealt)."""
-    tiles = k_tiles(k, split.scheme)
-    if split.parts == 1:
+    family = split.scheme.family
+    if family is None:
         return 0
-    if split.scheme is Scheme.CONTIGUOUS:
+    tiles = -(-k // family.tile)
+    if family.dealing is Dealing.CONTIGUOUS:
         per_part = -(-tiles // split.parts)  # tiles per part
         owning = -(-tiles // per_part) if per_part else 0
         return split.parts - owning
@@ -176,12 +180,11 @@ def empty_part_count(k: int, split: SplitK) -> int:
 def _check_parts(k: int, split: SplitK) -> None:
     """Refuse a split with more than :data:`MAX_EMPTY_PARTS` parts without a k-tile (K > 0)."""
     empty = empty_part_count(k, split) if k > 0 else 0
-    if empty > MAX_EMPTY_PARTS:
-        tiles = k_tiles(k, split.scheme)
-        width = CONTIGUOUS_TILE if split.scheme is Scheme.CONTIGUOUS else ROUND_ROBIN_TILE
+    family = split.scheme.family
+    if empty > MAX_EMPTY_PARTS and family is not None:
         raise ValueError(
-            f"splitk={split!r} over K = {k}: {empty} of the {split.parts} parts would own none of the {tiles} "
-            f"k-tile(s) of {width}; at most {MAX_EMPTY_PARTS} are accepted (no reference GPU's table has more). "
+            f"splitk={split!r} over K = {k}: {empty} of the {split.parts} parts would own none of the "
+            f"{k_tiles(k, split.scheme)} k-tile(s) of {family.tile}; at most {MAX_EMPTY_PARTS} are accepted (no reference GPU's table has more). "
             "Pass the split the reference GPU used (mmaemu.explain shows it)."
         )
 
@@ -219,7 +222,7 @@ def combination_steps(parts: int, scheme: Scheme) -> tuple[tuple[int, ...], ...]
         >>> combination_steps(3, Scheme.SERIAL)
         ((0,), (1,), (2,))
     """
-    if scheme is Scheme.PAIRWISE:
+    if scheme.combination is Combination.PAIRWISE:
         return pairwise_steps(parts)
     return tuple((j,) for j in range(parts))
 

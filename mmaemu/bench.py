@@ -29,8 +29,10 @@ The figures are ratios measured in one run on one machine; ``--json`` writes the
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -410,6 +412,23 @@ def run(shapes: list[tuple[int, int, int]], *, repeat: int, configs: bool, first
     return report
 
 
+def command_line(shapes: list[tuple[int, int, int]], *, repeat: int, configs: bool, first_call: bool,
+                 json_path: str | None, profile: str = "hopper", zoo: bool = False, native: bool = True) -> str:
+    """The ``python -m mmaemu bench`` command that runs this benchmark (written into its JSON, so that a page
+    quoting the figures quotes the command that measured them)."""
+    words = ["python", "-m", "mmaemu", "bench"]
+    for m, n, k in shapes:
+        words += ["--shape", f"{m}x{n}x{k}"]
+    if profile != "hopper":
+        words += ["--profile", profile]
+    words += ["--repeat", str(repeat)]
+    words += [flag for flag, on in (("--configs", configs), ("--zoo", zoo), ("--first-call", first_call),
+                                    ("--no-native", not native)) if on]
+    if json_path:
+        words += ["--json", json_path]
+    return shlex.join(words)
+
+
 def main_bench(shapes: list[tuple[int, int, int]], *, repeat: int, configs: bool, first_call: bool,
                json_path: str | None, profile: str = "hopper", stream: TextIO | None = None,
                zoo: bool = False, native: bool = True, block_kernel: str | None = None) -> int:
@@ -444,6 +463,9 @@ def main_bench(shapes: list[tuple[int, int, int]], *, repeat: int, configs: bool
                   f"{exc.stderr}\n")
         return 2
     if json_path:
+        report["command"] = command_line(shapes, repeat=repeat, configs=configs, first_call=first_call,
+                                         json_path=json_path, profile=profile, zoo=zoo, native=native)
+        report["numba"] = importlib.metadata.version("numba")  # importable: the cpu backend ran
         try:
             with open(json_path, "w") as fh:
                 json.dump(report, fh, indent=1)

@@ -16,7 +16,7 @@ import torch
 from .accumulation import plan_accumulation
 from .backends import Backend, parse_backend, require, resolve_backend
 from .backends import run as run_backend
-from .checks import CheckedCall, ScalingType, check_call, cublaslt_bias
+from .checks import CheckedCall, ScalingType, check_call, cublaslt_bias, has_algorithm
 from .epilogue import BiasOrder, scratch_epilogue
 from .errors import (
     warn_caller,
@@ -122,6 +122,8 @@ def _default_split(a: torch.Tensor, b: torch.Tensor, fast: bool, profile: str | 
     m, n, k = a.shape[0], b.shape[0], a.shape[1]
     decided: dict[OutFormat, tuple[Problem, SplitDecision]] = {}
     for out in OutFormat:
+        if not has_algorithm(a.dtype, b.dtype, out.dtype):
+            continue  # a call the reference cuBLASLt rejects: scaled_mm never runs it
         problem = Problem(m, n, k, fmt_a, fmt_b, out, fast)
         decision = decide_quietly(prof, problem)
         if decision is not None:
@@ -419,7 +421,7 @@ def prepare_call(
 def _empty_parts_message(split: SplitK, k: int, empty: tuple[int, ...]) -> str:
     return (
         f"split-K {split!r} over K = {k}: parts {list(empty)} own no k-tile; they are modelled as +0, which no "
-        "contiguous-family (H100) recording has shown"
+        f"recording of the {split.scheme.family} split family has shown"
     )
 
 
@@ -443,10 +445,11 @@ def scaled_mm(
     Args:
         mat1: ``[M, K]`` FP8 (``float8_e4m3fn`` or ``float8_e5m2``), row-major.
         mat2: ``[K, N]`` FP8, column-major as torch requires (``w.t()`` of a ``[N, K]`` weight).
-        scale_a, scale_b: fp32 tensor-wise scales of ``mat1`` and ``mat2`` (one element, any shape), or
-            row-wise ones (``[M, 1]`` and ``[1, N]``, contiguous, with a bf16 output): experimental, computed as
-            torch 2.7.1's CUTLASS kernel for the profile's GPU (:mod:`mmaemu.kernels`), with an
+        scale_a: fp32 tensor-wise scale of ``mat1`` (one element, any shape), or row-wise ones (``[M, 1]``,
+            contiguous, with ``[1, N]`` for ``scale_b`` and a bf16 output): experimental, computed as torch
+            2.7.1's CUTLASS kernel for the profile's GPU (:mod:`mmaemu.kernels`), with an
             ``UnrecordedKernelWarning`` on every call; ``explain`` shows the kernel and its order.
+        scale_b: fp32 tensor-wise scale of ``mat2`` (one element, any shape), or row-wise ones (``[1, N]``).
         bias: experimental: N elements of the output's dtype, bf16 or fp16, of any shape (torch 2.7.1's
             rules), added in the epilogue (:mod:`mmaemu.epilogue`, [Note: bias]); warns
             (``UnverifiedEpilogueWarning``) unless the profile's recording decided the bias order. The N
@@ -458,9 +461,11 @@ def scaled_mm(
         scale_result: fp32 scalar multiplying the result before an FP8 output's conversion.
         out_dtype: output dtype; default ``mat1.dtype`` (as torch).
         use_fast_accum: as torch; default False (slow accumulation).
-        profile, splitk, backend: the platform arguments (:meth:`mmaemu.options.Options.parse`: the
-            reference platform, ``"auto"`` or an explicit split, the backend; every backend returns the
-            same bits). ``splitk="auto"`` raises :class:`SplitKUnknownError` when no evidence decides.
+        profile: the reference platform, a name or a ``Profile`` (default ``MMAEMU_PROFILE``, else
+            ``"hopper"``); one of the platform arguments (:meth:`mmaemu.options.Options.parse`).
+        splitk: ``"auto"`` (cuBLAS's decision where evidence decides it, else
+            :class:`SplitKUnknownError`), ``1`` or an explicit split ``(S, scheme)``.
+        backend: ``"auto"``, ``"reference"``, ``"cpu"`` or ``"triton"``; every backend returns the same bits.
         out: optional output, resized as torch resizes it and returned (:mod:`mmaemu._out`); its prior
             contents never affect the result, and a refused call leaves it as it was.
 

@@ -20,8 +20,9 @@
 [Note: out] :func:`check_call` never modifies ``out``: it only decides. The caller resizes and writes
 ``out`` once every check and decision passed, so a refused call leaves ``out`` as it was (shape,
 strides and contents). An ``out`` whose written elements (after the resize torch would do) share
-memory with anything the call reads is refused: torch 2.7.1 does not check it and the GPU would
-read operands while overwriting them, so no result is defined.
+memory with anything the call reads (the bias as cuBLASLt reads it, [Note: bias memory]) is refused:
+torch 2.7.1 does not check it and the GPU would read operands while overwriting them, so no result
+is defined.
 
 The order and messages follow torch 2.7.1's ``_scaled_mm_out_cuda`` (aten/src/ATen/native/cuda/
 Blas.cpp) and are checked against the RTX 4060's recorded API grids (``recordings/rtx4060``, kind
@@ -326,8 +327,8 @@ def check_call(
         raise _reject("out_dtype must match output matrix type")
     _check_operand_dtypes(mat1, mat2, bias, result_dtype)
     out_resized = out is not None and tuple(out.shape) != (m, n)
-    read = [("mat1", mat1), ("mat2", mat2), ("scale_a", scale_a), ("scale_b", scale_b), ("bias", bias),
-            ("scale_result", scale_result)]
+    read = [("mat1", mat1), ("mat2", mat2), ("scale_a", scale_a), ("scale_b", scale_b),
+            ("bias", _bias_as_read(bias, n)), ("scale_result", scale_result)]
     check_out_overlap(out, (m, n), read)  # where torch would resize out: before every later refusal
     empty = m == 0 or n == 0 or k == 0
     if empty:  # torch returns early; inputs requiring grad are refused all the same (every entry point)
@@ -389,6 +390,14 @@ def _check_bias_memory(bias: torch.Tensor, n: int) -> None:
             f"bias with a storage offset of {offset_bytes} bytes: its data pointer is not 16-byte aligned, and what "
             "cuBLASLt does with such a bias pointer is not recorded; pass bias.clone()"
         )
+
+
+def _bias_as_read(bias: torch.Tensor | None, n: int) -> torch.Tensor | None:
+    """The memory the GPU reads as the bias (:func:`cublaslt_bias`) where it lies in the bias's storage, else the
+    bias itself (refused later, [Note: bias memory]): what an ``out`` must not overlap."""
+    if bias is None or (bias.storage_offset() + n) * bias.element_size() > bias.untyped_storage().nbytes():
+        return bias
+    return cublaslt_bias(bias, n)
 
 
 def cublaslt_bias(bias: torch.Tensor, n: int) -> torch.Tensor:

@@ -35,7 +35,7 @@ from ._shape_only import shape_only_operands
 from .plan import explain
 from .platforms.profiles import get_profile
 from .platforms.splitk import Problem
-from .split import AUTO
+from .split import AUTO, SplitFamily
 from .version import __version__
 
 __all__ = ["main"]
@@ -289,7 +289,7 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--backend", default="auto", type=options.backend,
                      help="emulator backend for the live calls: auto (default), reference, cpu or triton")
     rep.add_argument("--preset", default=None, type=options.preset, help="use this preset instead of the probes' verdict")
-    rep.add_argument("--split-family", default=None, choices=["contiguous", "round-robin"],
+    rep.add_argument("--split-family", default=None, choices=[f.value for f in SplitFamily],
                      help="use this split family instead of the probes' verdict")
     rep.set_defaults(run=_replay)
     return parser

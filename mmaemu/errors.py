@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import sys
 import warnings
+from typing import Any
 
 __all__ = [
     "MmaemuError",
@@ -137,12 +138,23 @@ def warn_caller(message: str, category: type[Warning]) -> None:
     the line the user can change, however deep inside mmaemu the warning was decided.
     """
     skipped = tuple(_skipped_prefixes())
-    frame = sys._getframe(1)
-    level = 2  # stacklevel 2: the caller of this function
-    while frame is not None and frame.f_code.co_filename.startswith(skipped):
-        frame = frame.f_back  # type: ignore[assignment]
+    frame: Any = sys._getframe(0)
+    level = 1
+    while True:  # count frames as warnings.warn does: importlib's own frames are passed over, not counted
+        frame = frame.f_back
+        while frame is not None and _importlib_internal(frame):
+            frame = frame.f_back
         level += 1
+        if frame is None or not frame.f_code.co_filename.startswith(skipped):
+            break
     warnings.warn(message, category, stacklevel=level)
+
+
+def _importlib_internal(frame: Any) -> bool:
+    """A frame of the import machinery, which ``warnings.warn`` skips without counting it (CPython's
+    ``_is_internal_frame`` in Lib/warnings.py and ``is_internal_frame`` in Python/_warnings.c)."""
+    filename = frame.f_code.co_filename
+    return "importlib" in filename and "_bootstrap" in filename
 
 
 def _skipped_prefixes() -> list[str]:

@@ -66,8 +66,11 @@ def _codes(value: Any, names: dict[int, str], what: str) -> list[int]:
 
 def _scales(value: Any, name: str) -> list[torch.Tensor]:
     items = list(value) if isinstance(value, (list, tuple)) else [value]
-    if not items or not all(isinstance(t, torch.Tensor) for t in items):
+    if not all(isinstance(t, torch.Tensor) for t in items):
         raise TypeError(f"{name} must be a tensor or a list of tensors, got {type(value).__name__}")
+    if not items:  # no recipe accepts it (torch's CPU kernel: "Invalid scaling configuration", a ValueError)
+        raise ValueError(f"{name} is an empty list: pass its scale tensor (one fp32 tensor for the tensor-wise and "
+                         "row-wise recipes)")
     return items
 
 
@@ -271,6 +274,7 @@ def v1_arguments(mat_a: torch.Tensor, mat_b: torch.Tensor, scale_a: Any, scale_r
             ``contraction_dim`` other than ``()`` or ``(1, 0)``, naming it.
         IndexError: torch's own, where its row-wise check reads a dimension a scale lacks.
         TypeError: recipes, swizzles or scales of the wrong type.
+        ValueError: an empty list of scales.
     """
     chosen, recipe_a, recipe_b, scales_a, scales_b = _parsed(mat_a, mat_b, scale_a, scale_recipe_a, scale_b,
                                                              scale_recipe_b, swizzle_a, swizzle_b, contraction_dim)

@@ -41,11 +41,20 @@ the reference platform's.
 Nesting: the innermost block decides each call alone. A call it runs natively goes to torch's kernel past
 every outer block (see [Note: the innermost block decides]) and is counted once, in the innermost log.
 
+Compiled code (:mod:`mmaemu._compile`): on torch 2.9 and newer ``torch.compile`` compiles inside the block
+(``fullgraph=True`` included); Inductor's graph calls the FP8 GEMMs as dispatcher-visible mirrors of the
+aten operators, which the block serves when they run, with the profile of the block that runs them. Code
+compiled outside a block recompiles inside it. On older torch (2.7.1) dynamo runs the model eagerly inside
+a block, served, and a :class:`~mmaemu.MmaemuWarning` says so. The ``eager`` and ``aot_eager`` backends
+run their graphs through the dispatcher. An AOTInductor model (a ``.pt2`` package) runs its kernels in
+C++, unseen: calling one inside a block raises :class:`~mmaemu.UnsupportedFeatureError`, or runs it
+natively and counts it (``(-1, -1, -1)``) under ``fallback="native"``; an ``ExportedProgram``'s module
+runs through the dispatcher and is served.
+
 Not intercepted: GEMMs that never reach the dispatcher as an operator, such as Transformer Engine's (it
-calls cuBLASLt from C++: replace its modules with :class:`mmaemu.nn.EmulatedFP8Linear` instead) or a
-Triton kernel launched from Python without a registered operator, and code compiled by ``torch.compile``
-(its kernels do not go through the Python dispatcher: use :class:`~mmaemu.nn.EmulatedFP8Linear` or
-:func:`mmaemu.ops.scaled_mm` there).
+calls cuBLASLt from C++: replace its modules with :class:`mmaemu.nn.EmulatedFP8Linear` instead), a
+Triton kernel launched from Python without a registered operator, and a ``torch.compile`` backend other
+than Inductor, ``eager`` and ``aot_eager`` that runs FP8 GEMMs with kernels of its own.
 
 Threads: torch keeps its stack of dispatch modes per thread, so ``emulate()`` affects only the
 thread that entered it; other threads (a data loader, a thread pool started inside the block)
@@ -67,7 +76,7 @@ import torch._subclasses.fake_tensor as _fake
 import torch._subclasses.functional_tensor as _functional
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from . import _foreign_ops, blockwise, call, functional
+from . import _compile, _foreign_ops, blockwise, call, functional
 from ._foreign_ops import FOREIGN_GEMMS, ForeignGemm
 from .backends import Backend
 from .errors import UnsupportedFeatureError
@@ -93,7 +102,8 @@ class _Kind(enum.Enum):
 
 
 def _intercepted() -> dict[Any, _Kind]:
-    """The aten overloads the mode serves (``_scaled_mm_v2`` only where torch has it)."""
+    """The aten overloads the mode serves (``_scaled_mm_v2`` only where torch has it), and their mirrors
+    (:data:`mmaemu._compile.MIRRORS`), served as the aten operator they mirror."""
     table: dict[Any, _Kind] = {}
     for kind, name in ((_Kind.SCALED_MM, "_scaled_mm"), (_Kind.SCALED_MM_V2, "_scaled_mm_v2")):
         try:
@@ -102,6 +112,9 @@ def _intercepted() -> dict[Any, _Kind]:
             continue
         for overload in packet.overloads():
             table[getattr(packet, overload)] = kind
+    for aten_op, mirror in _compile.MIRRORS.items():  # what a graph compiled inside a block calls
+        if aten_op in table:  # served; the grouped GEMM's mirror is a foreign row, refused
+            table[mirror] = table[aten_op]
     return table
 
 
@@ -235,6 +248,22 @@ class _ScaledMmMode(TorchDispatchMode):
         super().__init__()
         self.owner = owner
         self.log = log
+        self._warned_skipped_compile = False
+
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        """Let dynamo compile inside the block (torch 2.9+): the compiled graph's FP8 GEMMs are calls of the
+        mirrors, which the mode serves when they run (:mod:`mmaemu._compile`)."""
+        return True
+
+    def warned_skipped_compile(self) -> bool:
+        """Whether the block already said that dynamo ran compiled code eagerly; marks it said."""
+        said, self._warned_skipped_compile = self._warned_skipped_compile, True
+        return said
+
+    def run_opaque(self, run: Callable[[], Any], what: str) -> Any:
+        """A program the block cannot see into (an AOTInductor model): refused, or run natively and counted."""
+        return self._native(run, (), {}, (-1, -1, -1), UnsupportedFeatureError(what))
 
     def __torch_dispatch__(
         self,
@@ -255,6 +284,7 @@ class _ScaledMmMode(TorchDispatchMode):
             return self._native(func, args, kwargs, shape, UnsupportedFeatureError(_TRACING_MESSAGE.format(op=func)))
         if _is_subclass(types):
             return NotImplemented  # the subclass runs; the plain-tensor calls it makes come back here
+        _compile.warn_skipped_compile(self)
         try:
             result = self._foreign(target, bound) if isinstance(target, ForeignGemm) else self._serve(target, bound)
         except UnsupportedFeatureError as exc:
@@ -362,17 +392,27 @@ class emulate:  # noqa: N801 - used like a function: ``with mmaemu.emulate(...) 
             raise ValueError(f"fallback={fallback!r}: accepted values are 'raise' and 'native'") from None
         self.log = EmulationLog(self.profile.name)
         self._mode: _ScaledMmMode | None = None
+        self._leave: Callable[[], None] | None = None
 
     def __enter__(self) -> EmulationLog:
         if self._mode is not None:
             raise RuntimeError("this mmaemu.emulate() block is already active; make one object per block")
         self.log = EmulationLog(self.profile.name)
-        self._mode = _ScaledMmMode(self, self.log)
-        self._mode.__enter__()
+        mode = _ScaledMmMode(self, self.log)
+        mode.__enter__()
+        try:
+            self._leave = _compile.enter(mode)
+        except BaseException:
+            mode.__exit__(None, None, None)
+            raise
+        self._mode = mode
         return self.log
 
     def __exit__(self, *exc_info: object) -> None:
         mode, self._mode = self._mode, None
+        leave, self._leave = self._leave, None
+        if leave is not None:
+            leave()
         if mode is not None:
             mode.__exit__(*exc_info)
 

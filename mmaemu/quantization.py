@@ -1,4 +1,5 @@
-"""FP8 quantisation of activations and weights, as Transformer Engine casts them.
+"""FP8 quantisation of activations and weights, as Transformer Engine casts them; and torchao's FP8 models built on
+a machine without an sm_89+ GPU (:func:`torchao_quantize_`).
 
 An FP8 GEMM's bits depend on its FP8 operands, so a model routed through mmaemu must quantise
 exactly as the reference run did. Transformer Engine (TE) casts a tensor to FP8 in three steps,
@@ -35,16 +36,20 @@ from __future__ import annotations
 
 import enum
 import numbers
+import threading
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
 from .errors import UnsupportedFeatureError
-from .formats import Fp8Format, OutFormat, fp8_format_of, out_format_of
-from ._host import check_cpu_subnormals, refuse_autograd
+from .formats import Fp8Format, fp8_format_of
+from ._block_quant import BlockQuantizer, dequantize_fp8_blocks, quantize_fp8_blocks, quantize_fp8_groups
+from ._host import refuse_autograd, require_cpu_subnormals
 
 __all__ = [
     "ScalingRecipe", "quantize", "reciprocal_scale", "scale_from_amax", "current_scale", "round_to_tf32", "FP32_MAX",
-    "BlockQuantizer", "quantize_fp8_groups", "quantize_fp8_blocks", "dequantize_fp8_blocks",
+    "torchao_quantize_", "BlockQuantizer", "quantize_fp8_groups", "quantize_fp8_blocks", "dequantize_fp8_blocks",
 ]
 
 #: the largest finite fp32, which TE uses for a scale that would overflow.
@@ -74,17 +79,6 @@ def _as_fp32_scale(scale: object, device: torch.device, name: str = "scale") -> 
     if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
         raise TypeError(f"{name} must be a one-element tensor or a real number, got {type(scale).__name__}")
     return torch.tensor(float(scale), dtype=torch.float32, device=device)
-
-
-def _require_subnormals(device: torch.device) -> None:
-    """:func:`mmaemu._host.check_cpu_subnormals` where this module's fp32 arithmetic runs on the CPU.
-
-    Skipped while ``torch.compile`` traces (the probe reads a value; it would break the graph):
-    the compiled :class:`~mmaemu.nn.EmulatedFP8Linear` still refuses, since its
-    ``mmaemu::scaled_mm`` operator probes in the same thread when it runs.
-    """
-    if device.type == "cpu" and not torch.compiler.is_compiling():
-        check_cpu_subnormals()
 
 
 def quantize(x: torch.Tensor, scale: torch.Tensor | float, dtype: torch.dtype = torch.float8_e4m3fn) -> torch.Tensor:
@@ -126,7 +120,7 @@ def quantize(x: torch.Tensor, scale: torch.Tensor | float, dtype: torch.dtype = 
         raise ValueError(f"quantize expects a floating-point tensor, got {x.dtype}")
     refuse_autograd(("x", x))
     s = _as_fp32_scale(scale, x.device)
-    _require_subnormals(x.device)
+    require_cpu_subnormals(x.device)
     scaled = x.to(torch.float32) * s
     return scaled.clamp(-fmt.max_finite, fmt.max_finite).to(fmt.dtype)
 
@@ -150,7 +144,7 @@ def reciprocal_scale(scale: torch.Tensor | float) -> torch.Tensor:
     """
     device = scale.device if isinstance(scale, torch.Tensor) else torch.device("cpu")
     s = _as_fp32_scale(scale, device)
-    _require_subnormals(device)
+    require_cpu_subnormals(device)
     return torch.reciprocal(s)
 
 
@@ -190,7 +184,7 @@ def scale_from_amax(
     device = amax.device if isinstance(amax, torch.Tensor) else torch.device("cpu")
     a = _as_fp32_scale(amax, device, "amax")
     prev = _as_fp32_scale(previous, device, "previous")
-    _require_subnormals(device)
+    require_cpu_subnormals(device)
     max_fp8 = torch.tensor(fmt.max_finite, dtype=torch.float32, device=device)
     scale = (max_fp8 / a) / torch.tensor(2.0**margin, dtype=torch.float32, device=device)
     scale = torch.where(torch.isfinite(a) & (a > 0), scale, prev)
@@ -228,7 +222,7 @@ def current_scale(x: torch.Tensor, dtype: torch.dtype = torch.float8_e4m3fn) -> 
         raise ValueError(f"current_scale expects a floating-point tensor, got {x.dtype}")
     if x.numel() == 0:
         return torch.ones((), dtype=torch.float32, device=x.device)
-    _require_subnormals(x.device)
+    require_cpu_subnormals(x.device)
     magnitude = x.detach().to(torch.float32).abs()
     amax = torch.where(torch.isnan(magnitude), torch.zeros_like(magnitude), magnitude).amax()
     max_fp8 = torch.tensor(fmt.max_finite, dtype=torch.float32, device=x.device)
@@ -269,167 +263,92 @@ def _int32_bits(unsigned: torch.Tensor) -> torch.Tensor:
     return torch.where(unsigned >= 2**31, unsigned - 2**32, unsigned).to(torch.int32)
 
 
-# --- block-scaled checkpoints (DeepSeek-V3 style): 1 x 128 activation groups, 128 x 128 weight blocks --------------
+#: The torchao version whose ``quantize_`` :func:`torchao_quantize_` is tested with.
+TORCHAO_TESTED = "0.18.0"
+_TORCHAO_LOCK = threading.Lock()
 
 
-class BlockQuantizer(enum.Enum):
-    """The reference quantizers of block-scaled checkpoints, and whether mmaemu reproduces each one exactly.
-
-    [Note: block quantizers] ``VLLM_CUDA``: vLLM's ``per_token_group_fp8_quant`` CUDA kernel, which vLLM runs for
-    contiguous CUDA activations (vllm 0.10.0 fp8_utils.py 410-414; ``csrc/quantization/fp8/per_token_group_quant.cu``:
-    ``local_absmax = eps``, ``fmaxf(local_absmax, fabsf(x))`` over the group, ``y_s = local_absmax / max_8bit``,
-    ``q = fminf(fmaxf(x / y_s, min_8bit), max_8bit)``, ``DST_DTYPE(q)``): IEEE fp32 division (vLLM builds without
-    fast math) and c10's round-to-nearest-even conversion, exactly reproducible. ``TRANSFORMERS``: transformers
-    5.23's FineGrainedFP8 weight quantizer (``integrations/finegrained_fp8.py`` 1040-1075, ``_quantize_one``): per
-    128 x 128 block ``scales = 448 / max|w|`` (1 for an all-zero block; torch computes ``448 / t`` as
-    ``t.reciprocal() * 448``: ``torch/_tensor.py`` ``__rdiv__``, two roundings), ``weight_scale_inv = 1 / scales``,
-    codes ``clamp(w * scales, -448, 448)`` converted to E4M3: torch operations, reproduced by the same torch
-    operations here (assuming torch's CUDA reciprocal, multiply, amax and conversion are IEEE, as its CPU ones are;
-    no GPU checked it). ``DEEPSEEK_TRITON`` and ``TORCHAO_TRITON``: DeepSeek-V3's ``act_quant`` / torchao's
-    ``fp8_blockwise_*_quant`` Triton kernels, whose ``x / s`` compiles to ``div.full.f32`` (``MUFU.RCP`` and a
-    multiply: up to 2 ulp, not specified bit for bit) and whose ``amax / 448`` ptxas folds into
-    ``amax * rn(1/448)`` (54.8 % of fp32 significands round differently from the IEEE quotient;
-    research/blockfp8 compile_quant.py, check_div448.py): not exactly reproducible, refused. Power-of-two
-    (UE8M0) scales go through ``log2f`` / ``torch.log2`` on the GPU, whose last bit is not specified: refused.
-    """
-
-    VLLM_CUDA = "vllm-cuda"
-    TRANSFORMERS = "transformers"
-    DEEPSEEK_TRITON = "deepseek-triton"
-    TORCHAO_TRITON = "torchao-triton"
-
-
-_E4M3 = Fp8Format.E4M3
-
-
-def _block_quantizer(quantizer: BlockQuantizer | str, allowed: BlockQuantizer) -> None:
-    """Raise unless ``quantizer`` is ``allowed`` ([Note: block quantizers])."""
+def _torchao_fp8_config(config: object) -> tuple[Any, Any]:
+    """torchao's ``quant_api`` module and the granularity pair of ``config``, or the error that says why not."""
     try:
-        chosen = BlockQuantizer(quantizer)
-    except ValueError:
-        raise ValueError(f"quantizer={quantizer!r}: one of {[q.value for q in BlockQuantizer]}") from None
-    if chosen in (BlockQuantizer.DEEPSEEK_TRITON, BlockQuantizer.TORCHAO_TRITON):
+        from torchao.quantization import PerRow, PerTensor, quant_api
+        from torchao.quantization.quant_api import Float8DynamicActivationFloat8WeightConfig
+    except ImportError as exc:
+        raise ImportError(f"torchao_quantize_ needs torchao (tested with {TORCHAO_TESTED}): pip install "
+                          f"torchao=={TORCHAO_TESTED}") from exc
+    if not isinstance(config, Float8DynamicActivationFloat8WeightConfig):
+        raise TypeError(f"torchao_quantize_ takes torchao's Float8DynamicActivationFloat8WeightConfig, not "
+                        f"{type(config).__name__}; other configs: call torchao.quantization.quantize_ itself")
+    granularity = tuple(config.granularity)  # torchao normalised it to [activation, weight]
+    if not all(isinstance(g, PerTensor) for g in granularity) and not all(isinstance(g, PerRow) for g in granularity):
         raise UnsupportedFeatureError(
-            f"quantizer={chosen.value!r} is not reproducible bit for bit: its Triton kernel divides with div.full.f32 "
-            "(an approximate reciprocal, up to 2 ulp, not specified exactly) and folds amax / 448 into amax * "
-            "rn(1/448); mmaemu does not approximate it. Use quantizer='vllm-cuda' for activations or "
-            "'transformers' for weights, or quantize on the GPU and pass the codes and scales")
-    if chosen is not allowed:
-        raise ValueError(f"quantizer={chosen.value!r} does not quantize these: pass quantizer={allowed.value!r}")
+            f"granularity {list(granularity)}: torchao_quantize_ builds the FP8 models mmaemu.emulate() serves, "
+            "tensor-wise (PerTensor()) or row-wise (PerRow()) on both operands; torchao's block-wise GEMM "
+            "(ao::blockwise_fp8_gemm) is served only as a named kernel model (emulate(kernel=...)), and this function "
+            "does not build block-wise models")
+    if not callable(getattr(quant_api, "_check_hardware_support", None)):
+        import torchao
+
+        raise UnsupportedFeatureError(
+            f"torchao {getattr(torchao, '__version__', '?')} has no quant_api._check_hardware_support, the one "
+            f"check torchao_quantize_ skips (tested with torchao {TORCHAO_TESTED}): quantize on an sm_89+ GPU")
+    return quant_api, granularity
 
 
-def _floating(x: object, name: str) -> torch.Tensor:
-    if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
-        raise TypeError(f"{name} must be a bf16, fp16 or fp32 tensor, got {getattr(x, 'dtype', type(x).__name__)}")
-    refuse_autograd((name, x))
-    _require_subnormals(x.device)
-    return x.detach()
+def torchao_quantize_(model: torch.nn.Module, config: object,
+                      filter_fn: Callable[[torch.nn.Module, str], bool] | None = None) -> None:
+    """torchao's ``quantize_(model, config)`` for an FP8 config, on a machine without an sm_89+ GPU.
 
-
-def quantize_fp8_groups(x: torch.Tensor, *, group_size: int = 128, eps: float = 1e-10,
-                        quantizer: BlockQuantizer | str = BlockQuantizer.VLLM_CUDA) -> tuple[torch.Tensor, torch.Tensor]:
-    """Activations quantized per 1 x ``group_size`` group as vLLM's CUDA kernel does ([Note: block quantizers]).
+    torchao's ``Float8DynamicActivationFloat8WeightConfig`` asserts a GPU of compute capability 8.9 or more
+    before it quantizes, though quantizing needs none: the ``Float8Tensor`` weights are computed on the
+    CPU by torchao's own code. This runs torchao's ``quantize_`` with that one assertion
+    (``torchao.quantization.quant_api._check_hardware_support``) switched off for the duration of the
+    call, every quantization step torchao's own, so the model is the one an sm_89+ GPU machine would
+    build (its ``Float8Tensor`` weights bit for bit: ``tests/integration/test_torchao.py``). Run it under
+    :func:`mmaemu.emulate` to get the reference GPU's outputs (golden outputs) on the CPU. Calls of this
+    function are serialised; torchao's check is restored afterwards, also when torchao raises.
 
     Args:
-        x: ``[..., K]`` bf16, fp16 or fp32, ``K % group_size == 0``.
-        group_size: elements of the last dimension per scale (128 for the block-scaled kernels).
-        eps: the absmax's floor (vLLM's default).
-        quantizer: ``"vllm-cuda"``; the Triton quantizers raise (not reproducible).
-
-    Returns:
-        ``(codes, scales)``: E4M3 codes of ``x``'s shape and fp32 scales ``[..., K / group_size]`` (the dequantisation
-        multipliers ``absmax / 448``). NaN elements are ignored by the absmax and become the code of -448 (``fmaxf``
-        returns the other operand); an Inf makes its group's scale Inf, its finite elements +-0 and itself -448.
+        model: the module to quantize in place, as torchao's ``quantize_`` (its ``nn.Linear`` layers with
+            FP8-compatible shapes; PerRow needs bf16 weights, as torchao requires).
+        config: a ``torchao.quantization.Float8DynamicActivationFloat8WeightConfig`` with
+            ``PerTensor()`` or ``PerRow()`` granularity (on both operands).
+        filter_fn: torchao's ``filter_fn`` (which modules to quantize); None keeps torchao's default
+            (every ``nn.Linear``).
 
     Raises:
-        TypeError: ``x`` not a floating-point tensor. ValueError: ``K`` not a multiple of ``group_size``.
-        UnsupportedFeatureError: a Triton quantizer; inputs requiring grad.
+        ImportError: torchao is not installed.
+        TypeError: ``model`` is not an ``nn.Module``, or ``config`` is another torchao config (call
+            torchao's ``quantize_`` for those).
+        UnsupportedFeatureError: a block-wise granularity (served only as a named kernel model), a torchao
+            without the check this skips, or a CUDA GPU older than sm_89 in this process (torchao's
+            quantization step asserts sm_89 whenever CUDA is available: hide the GPU with
+            ``CUDA_VISIBLE_DEVICES=``). Nothing is modified by these refusals.
 
     Example:
         >>> import torch
-        >>> from mmaemu.quantization import quantize_fp8_groups
-        >>> codes, s = quantize_fp8_groups(torch.tensor([[0.5, -2.0, 448.0, 1.0] * 32]))
-        >>> s.tolist(), codes[0, :3].float().tolist()
-        ([[1.0]], [0.5, -2.0, 448.0])
+        >>> from torchao.quantization import Float8DynamicActivationFloat8WeightConfig, PerTensor
+        >>> from mmaemu.quantization import torchao_quantize_
+        >>> model = torch.nn.Sequential(torch.nn.Linear(64, 32)).to(torch.bfloat16)
+        >>> torchao_quantize_(model, Float8DynamicActivationFloat8WeightConfig(granularity=PerTensor()))
+        >>> type(model[0].weight).__name__, model[0].weight.qdata.dtype
+        ('Float8Tensor', torch.float8_e4m3fn)
     """
-    _block_quantizer(quantizer, BlockQuantizer.VLLM_CUDA)
-    x32 = _floating(x, "x").to(torch.float32)
-    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1 or x32.dim() < 1 \
-            or x32.shape[-1] % group_size:
-        raise ValueError(f"x's last dimension ({tuple(x32.shape)}) must be a multiple of group_size={group_size!r}")
-    groups = x32.reshape(*x32.shape[:-1], x32.shape[-1] // group_size, group_size)
-    magnitude = groups.abs()
-    absmax = torch.where(torch.isnan(magnitude), 0.0, magnitude).amax(-1).clamp_min(eps)  # fmaxf skips NaN
-    scales = absmax / torch.tensor(_E4M3.max_finite, dtype=torch.float32)  # IEEE fp32 division
-    q = groups / scales[..., None]
-    q = torch.where(torch.isnan(q), -_E4M3.max_finite, q).clamp(-_E4M3.max_finite, _E4M3.max_finite)
-    return q.reshape(x32.shape).to(_E4M3.dtype), scales
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, not {type(model).__name__}")
+    quant_api, _ = _torchao_fp8_config(config)
+    from torchao.utils import is_MI300, is_MI350, is_sm_at_least_89
 
-
-def quantize_fp8_blocks(w: torch.Tensor, *, block_size: int = 128,
-                        quantizer: BlockQuantizer | str = BlockQuantizer.TRANSFORMERS) -> tuple[torch.Tensor, torch.Tensor]:
-    """A weight quantized per ``block_size`` x ``block_size`` block as transformers' FineGrainedFP8 does.
-
-    Args:
-        w: ``[N, K]`` bf16, fp16 or fp32, both dimensions multiples of ``block_size`` (transformers leaves other
-            weights unquantized).
-        block_size: 128 for the block-scaled kernels.
-        quantizer: ``"transformers"``; the Triton quantizers raise (not reproducible).
-
-    Returns:
-        ``(codes, weight_scale_inv)``: E4M3 ``[N, K]`` and fp32 ``[N / block_size, K / block_size]`` (the checkpoints'
-        dequantisation multipliers, ``1 / (448 / max|w|)``; 1 for an all-zero block). NaN and Inf propagate as torch's
-        operations propagate them (a NaN block's scale is NaN, its codes NaN).
-
-    Raises:
-        TypeError: ``w`` not a floating-point tensor. ValueError: not 2-D, or a dimension not a multiple of
-        ``block_size``. UnsupportedFeatureError: a Triton quantizer; inputs requiring grad.
-    """
-    _block_quantizer(quantizer, BlockQuantizer.TRANSFORMERS)
-    w32 = _floating(w, "w").to(torch.float32)
-    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1 or w32.dim() != 2 \
-            or w32.shape[0] % block_size or w32.shape[1] % block_size:
-        raise ValueError(f"w must be [N, K] with N and K multiples of block_size={block_size!r}, got {tuple(w32.shape)}")
-    n, k = w32.shape
-    tiles = w32.reshape(n // block_size, block_size, k // block_size, block_size)
-    max_abs = tiles.abs().amax(dim=(-3, -1))
-    safe = torch.where(max_abs > 0, max_abs, torch.ones_like(max_abs))
-    scales = torch.where(max_abs > 0, _E4M3.max_finite / safe, torch.ones_like(safe))  # reciprocal() * 448, as torch
-    inv_scales = (1.0 / scales).to(torch.float32)
-    scaled = tiles * scales.unsqueeze(-1).unsqueeze(-3)
-    codes = torch.clamp(scaled, min=-_E4M3.max_finite, max=_E4M3.max_finite).to(_E4M3.dtype)
-    return codes.reshape(n, k), inv_scales
-
-
-def dequantize_fp8_blocks(codes: torch.Tensor, weight_scale_inv: torch.Tensor, *, block_size: int = 128,
-                          out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
-    """DeepSeek-V3's ``weight_dequant``: ``codes * weight_scale_inv`` per block in fp32, rounded once, then to ``out_dtype``.
-
-    inference/kernel.py ``weight_dequant_kernel`` (9b4e9788, 60-86): the E4M3 code and the scale converted to fp32
-    exactly, one fp32 multiply, stored in the default dtype (bf16 in generate.py: ``cvt.rn.bf16x2.f32``, round to
-    nearest even); partial blocks at the edges (masked). NaN codes give the output's canonical NaN.
-
-    Args:
-        codes: E4M3 ``[N, K]``.
-        weight_scale_inv: fp32 ``[ceil(N / block_size), ceil(K / block_size)]``.
-        block_size: 128.
-        out_dtype: bf16 (default), fp16 or fp32.
-
-    Raises:
-        TypeError, ValueError: other dtypes or shapes.
-    """
-    if not isinstance(codes, torch.Tensor) or codes.dtype != _E4M3.dtype or codes.dim() != 2:
-        raise TypeError(f"codes must be a 2-D float8_e4m3fn tensor, got {getattr(codes, 'dtype', type(codes).__name__)}")
-    n, k = codes.shape
-    want = (-(-n // block_size), -(-k // block_size))
-    if not isinstance(weight_scale_inv, torch.Tensor) or weight_scale_inv.dtype != torch.float32 \
-            or tuple(weight_scale_inv.shape) != want:
-        raise ValueError(f"weight_scale_inv must be fp32 {list(want)}, got {getattr(weight_scale_inv, 'shape', None)}")
-    fmt = out_format_of(out_dtype)
-    if fmt not in (OutFormat.BFLOAT16, OutFormat.FLOAT16, OutFormat.FLOAT32):
-        raise ValueError(f"out_dtype must be bf16, fp16 or fp32, got {out_dtype}")
-    _require_subnormals(codes.device)
-    s = weight_scale_inv.to(codes.device).repeat_interleave(block_size, 0)[:n].repeat_interleave(block_size, 1)[:, :k]
-    y = (codes.to(torch.float64) * s.to(torch.float64)).to(torch.float32)  # exact product, one rounding
-    return fmt.write_nan(y.to(out_dtype), torch.isnan(y))
-
+    if torch.cuda.is_available() and not (is_sm_at_least_89() or is_MI300() or is_MI350()):  # quant_api's assertion
+        raise UnsupportedFeatureError(
+            f"this process sees a CUDA GPU of compute capability {torch.cuda.get_device_capability()}: torchao's "
+            "FP8 quantization asserts sm_89 or more whenever CUDA is available, also for CPU tensors; run with the "
+            "GPU hidden (CUDA_VISIBLE_DEVICES=)")
+    kwargs = {} if filter_fn is None else {"filter_fn": filter_fn}
+    with _TORCHAO_LOCK:
+        check = quant_api._check_hardware_support
+        quant_api._check_hardware_support = lambda granularities: None
+        try:
+            quant_api.quantize_(model, config, **kwargs)
+        finally:
+            quant_api._check_hardware_support = check

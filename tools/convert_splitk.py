@@ -15,8 +15,9 @@ For each table ``heur_<gpu>_lt<version>`` it writes:
   RTX 4060: twice the setting's largest split M*N), the rejected combinations, and the split combinations
   replayed on hardware.
 
-The shipped files' sha256 are pinned in ``mmaemu.platforms.table.SHIPPED_TABLES``: after a conversion that
-changes them, update the pins there (this tool prints them).
+The shipped files' sha256 are pinned in their GPU's record (``table_sha256`` of the ``ReferenceGpu`` in
+``mmaemu.platforms.gpus.GPUS``; ``mmaemu.platforms.table.SHIPPED_TABLES`` collects them): after a conversion
+that changes them, or for a new GPU, set them there (this tool prints them).
 
 Only numbers and provenance are carried over, not the prose of the recordings' metadata.
 """
@@ -186,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         npz_path.write_bytes(npz_bytes)
         json_path.write_bytes(json_bytes)
         print(f"{table_id}: {info['rows']:,} rows ({info['split_rows']:,} split) -> {npz_path} ({len(npz_bytes):,} bytes)")
-        print(f"  sha256 (mmaemu.platforms.table.SHIPPED_TABLES): npz {hashlib.sha256(npz_bytes).hexdigest()}, "
+        print(f"  sha256 (its ReferenceGpu's table_sha256 in mmaemu.platforms.gpus.GPUS): npz {hashlib.sha256(npz_bytes).hexdigest()}, "
               f"json {hashlib.sha256(json_bytes).hexdigest()}")
     if stale:
         print(f"shipped split-K data differ from the recordings: {stale}", file=sys.stderr)

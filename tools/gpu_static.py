@@ -26,7 +26,7 @@ hopper) and every target (sm_80, sm_86, sm_89, sm_90, sm_100, sm_120) it
 4. counts the SASS instructions of one k step of one thread by class (the opcode without its
    modifiers), the block loop's own instructions divided by B, and divides by the multiply-accumulates
    one thread does per k step: SASS instructions per multiply-accumulate;
-5. estimates per named GPU at M, N, K = 2048, 5760, 1920 two figures (``docs/performance.md`` says
+5. estimates per named GPU at M, N, K = 2048, 5760, 1920 two figures (``docs/backends.md`` says
    which is which):
 
    - the **ceiling** (``estimates``): each class runs on one pipeline of the SM, and a

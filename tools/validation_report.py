@@ -325,8 +325,8 @@ def _quickstart_figure(ulps: dict[str, torch.Tensor]) -> None:
 def device() -> list[str]:
     lines = ["## Device runs", ""]
     if not DEVICE_JSON.exists():
-        return lines + ["No GPU run is recorded: no device machine was lent to the sessions that built this",
-                        "version. `tools/device_check.py` is the script to run on one.", ""]
+        return lines + ["No GPU run is recorded for this version: `tools/device_check.py` is the script to run on one",
+                        "(its report, copied to `docs/data/device_report.json`, appears here).", ""]
     data = json.loads(DEVICE_JSON.read_text())
     return lines + ["```", json.dumps(data.get("summary", data), indent=1)[:4000], "```", ""]
 
@@ -345,7 +345,7 @@ def profiles_table() -> str:
     for p in profiles():
         ws = f"{p.workspace_bytes // 2**20} MiB" if p.workspace_bytes else "no workspace"
         rows.append(f"| `{p.name}` | {p.gpu} ({p.sm_count}) | {p.cublaslt}, {p.torch_version} | {p.caller.value}, {ws} "
-                    f"| `{p.preset.name}` ({p.preset.block_size}, {p.preset.frac_bits}) | {p.split_family.value} "
+                    f"| `{p.preset.name}` ({p.preset.block_size}, {p.preset.frac_bits}) | {p.split_family.description} "
                     f"| {'`' + p.table_id + '`' if p.table_id else 'none'} | {p.maturity.value} |")
     return "\n".join(rows)
 
@@ -374,8 +374,9 @@ _FIGURE = re.compile(r"(\d{1,3}(,\d{3})+|\b\d{4,}\b|\d+(\.\d+)?\s?%|\b\d+(\.\d+)
 _EVIDENCE = re.compile(r"(tests/|tools/|hw-vectors|recordings|docs/data|seeds?\b|seed 0\d\d|specified|mmaemu bench|device_check"
                        r"|validation\.md|performance\.md|\[evidence:|unverified|hardware vectors|upstream test)",
                        re.IGNORECASE)
-#: names that contain digits but state no figure: GPUs, architectures, versions, dtypes
-_NAMES = re.compile(r"(RTX( PRO)? \d{4}( Ada)?|[HB]\d{3}|sm_\d+|\d+\.\d+\.\d+(\.\d+)?|float\d+|e\dm\d|fp\d+|bf16)",
+#: names that contain digits but state no figure: GPUs, architectures, versions, dtypes, file modes
+_NAMES = re.compile(r"(RTX( PRO)? \d{4}( Ada)?|[HB]\d{3}|sm_\d+|\d+\.\d+\.\d+(\.\d+)?|float\d+|e\dm\d|fp\d+|bf16"
+                    r"|\b0[0-7]{3}\b)",  # file modes (0700) are names too
                     re.IGNORECASE)
 
 

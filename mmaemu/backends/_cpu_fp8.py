@@ -24,10 +24,8 @@ subtraction (``(E - F) - low(a)``, the vector a memory operand), one comparison 
 ``count - sext(mask)``, LLVM moved the mask into a vector first, one instruction more; the
 increment is a ``select`` whose 1s LLVM cannot see are constant, which lowers to ``vpaddb {k}``.)
 The block maxima take two per row and k (an addition with ``e(a)``'s vector from the same table, a
-maximum). On the Xeon, where 512-bit integer instructions share ports 0 and 5 with the FMAs,
-these integer instructions set the kernel's speed: without the count it took 0.72x the time,
-without the maxima 0.81x, without both (FMAs, set-up and end) 0.47x (ad hoc ablations, unverified
-by a committed command; docs/performance.md).
+maximum). On Intel cores, where 512-bit integer instructions share ports 0 and 5 with the FMAs,
+these integer instructions, not the FMAs, bound the kernel's speed (docs/backends.md).
 
 The row side is read as FP8 codes (``[R, K]``, k in the plan's order), each decoded by loads from
 a 256-entry table as the kernel reads it (the fp32 value, broadcast; a word holding the offsets of
@@ -47,11 +45,9 @@ linearly). Two rows of A and four vectors of 16 columns are held in 8 accumulato
 block; the block maximum (64 int8 lanes, two partial maxima per row) is computed just before, and
 the block's set-up (the grid of each lane from E and c) and its end happen in registers.
 
-[Note: measured] On the 2-core development machine (AMD EPYC, Zen 4 class, AVX-512), 2 threads,
-E4M3, hopper fast, bf16 out: ``mmaemu.scaled_mm`` took 1.57x torch's fp32 matmul at 64 x 1920 x 5760
-and 1.46x at 2048 x 1920 x 5760 (the previous, two-accumulator kernel 3.03x and 3.84x on the same
-class of machine); the run, its command and what changed are in docs/performance.md
-(``docs/data/bench.json``, 2026-12-04).
+[Note: measured] ``python -m mmaemu bench`` times this kernel against torch's fp32 matmul on the same
+operands, after checking its bits against the reference backend; docs/performance.md gives the current
+figures, the machine and the command (``docs/data/bench_cpu_avx512.json``).
 """
 
 from __future__ import annotations

@@ -46,9 +46,9 @@ _scratch = threading.local()
 def buffer(name: str, shape: tuple[int, ...], dtype: type[np.generic]) -> np.ndarray:
     """A scratch array of ``shape``, reused by later calls in this thread (its contents are stale).
 
-    Writing freshly mapped memory costs a page fault every 4 KiB, more than the decoding itself:
-    a decoded weight of the quickstart (5 bytes x 11 million elements) takes about 2 ms to decode
-    into a reused buffer and about 30 ms into a new one (measured on the 2-core development machine).
+    Writing freshly mapped memory costs a page fault every 4 KiB, more than the decoding itself (a
+    decoded weight of the quickstart is 5 bytes x 11 million elements, about 13,000 pages), so the
+    buffers are kept per thread between calls.
     """
     size = math.prod(shape)
     nbytes = size * np.dtype(dtype).itemsize

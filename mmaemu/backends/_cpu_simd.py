@@ -17,9 +17,10 @@ embedded rounding need AVX-512F (:func:`available`: that kernel runs only there)
 LLVM vector instructions, which the zoo's vector kernel uses on any x86-64 CPU (see [Note:
 portable vectors] below).
 
-[Note: why intrinsics] Measured on the 2-core development machine (Xeon, AVX-512, 2026-12-02):
-a loop of 16 independent ``vfmadd231ps {rz-sae}`` runs at the same rate as plain fused
-multiply-adds (4.9 G vector FMAs per second per core both), so the rounding mode costs nothing.
+[Note: why intrinsics] LLVM's loop vectoriser cannot emit an embedded rounding mode, and with one
+each term's truncation costs no instruction of its own: a loop of 16 independent
+``vfmadd231ps {rz-sae}`` runs at the rate of plain fused multiply-adds (4.9 G vector FMAs per second
+per core both, measured on an AVX-512 Xeon).
 """
 
 from __future__ import annotations
@@ -51,9 +52,8 @@ def broadcast_table() -> np.ndarray:
     [Note: broadcast vectors] A kernel reads a per-row int8 (an exponent, a lowest bit's exponent) as
     its vector here, a memory operand of the integer instruction that uses it, instead of broadcasting
     a byte from memory or a general register: on Intel cores that broadcast is an instruction of its
-    own on port 5, which the 512-bit integer and FMA instructions share (with the count's masked
-    increment, 5 to 12 % of the FP8 kernel's time on the Intel Xeon of 2026-12-05: ad hoc timings,
-    docs/performance.md).
+    own on port 5, which the 512-bit integer and FMA instructions share (docs/backends.md: on Intel
+    cores these integer instructions bound the FP8 kernel's speed).
     """
     if not _BROADCAST:
         raw = np.empty(256 * PANEL + PANEL, dtype=np.int8)

@@ -11,10 +11,9 @@ the sum is converted to fp32 truncated toward zero (``vcvtdq2ps {rz-sae}`` on AV
 exactly to float64, then a mask of its 24 leading bits) and scaled by ``2**(E - F)``, E + 127 kept
 from the block's start in fp32's exponent field ([Note: shifted exponents] in
 :mod:`mmaemu.backends._cpu_simd`: the scale and the unit one subtraction each). [Note: c first]
-This halves the block's end against adding c's term there (no second E, no second conversion):
-16 to 21 % off the B = 4 and B = 8 presets' single-thread time on the Xeon, about 9 % off the
-B = 16 ones (ad hoc timings, unverified by a committed command; the bench's figures are in
-docs/performance.md).
+This halves the block's end against adding c's term there (no second E, no second conversion),
+which matters most at small B, where a block's end is a larger share of the work (the bench's
+figures are in docs/performance.md).
 
 [Note: int32 wrap] The B terms are below ``2**(F + 2)`` each, so their sum is below 2**31 for every
 preset the kernel takes (:func:`expresses`), but c's term (below ``2**(F + 1)``) can take the sum
@@ -40,8 +39,7 @@ sum with a zero operand (at most -89) never reaches a real sum (at least -82). A
 below -100 (no nonzero product, and c too small for the scales: c is the result) or whose c is
 infinite keeps ``c + 0``; one test per 8 vectors (:func:`mmaemu.backends._cpu_simd.any_special`)
 sends a block with such a lane to the float64 end, which selects them, and the others skip the
-selection (about 1 to 3 % of the single-thread time; ad hoc timings, unverified by a committed
-command). Rows of A and B with an operand outside the range are recomputed by the float64 kernel
+selection. Rows of A and B with an operand outside the range are recomputed by the float64 kernel
 (:func:`mmaemu.backends._cpu_zoo.accumulate_wide`).
 
 Layout: as the AVX-512 FP8 kernel's (:mod:`mmaemu.backends._cpu_fp8`): B in panels of 64 columns,

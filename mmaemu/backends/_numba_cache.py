@@ -138,8 +138,8 @@ def _locator_class() -> type | None:
 
             [Note: inlined helpers] numba stamps cached code with the defining file only, but the
             kernels inline numba functions from sibling modules (``_cpu_steps``, ``_cpu_fp8``): an
-            edit of one of those would otherwise load the old machine code (a mutant of
-            ``_cpu_steps.block_max`` survived on stale code that way). Contents, not file times: the
+            edit of one of those would otherwise load stale machine code (the mutation tier edits
+            ``_cpu_steps`` and must see its edit run). Contents, not file times: the
             same source is the same code wherever and whenever it was installed.
             """
             return source_digest(os.path.dirname(os.path.abspath(self._py_file)))

@@ -12,7 +12,7 @@ The backend computes only what it expresses, and may count Inf codes as zeros (i
 :attr:`Accumulated.inf_zeroed`). The dispatcher (:mod:`mmaemu.backends._dispatch`) alone sends the
 presets a backend does not express to the reference backend, recomputes the outputs that meet an Inf
 code, and applies the NaN rule, so a new backend is one module and a row of
-:data:`mmaemu.backends._dispatch.EXECUTORS`.
+:data:`mmaemu.backends.capabilities.EXECUTORS`.
 """
 
 from __future__ import annotations

@@ -206,7 +206,7 @@ ROWWISE_SM90 = KernelModel(
 # same EVT epilogue with the bias a row broadcast (null default ``DtypeBias(0)``), output row-major,
 # never transposed. The slow kernel is CUTLASS's staged accumulation (``arch/mma_sm89.h`` 74-97,
 # ``mma_multistage.h`` ``mac_loop_iter``/``gemm_iters``: :mod:`mmaemu.kernels.plans`); K is divided by
-# stream-K (:mod:`mmaemu.kernels.streamk`) from the device's SM count (the profile's: 24 on the RTX 4060)
+# stream-K (:mod:`mmaemu.kernels.streamk`) from the device's SM count (the profile's, from its GPU's record)
 # and the occupancy the CUDA occupancy API reports for the kernel (``gemm_universal_base.h``
 # ``init_device_props``). That occupancy is derived, not measured: 49,152 bytes of dynamic shared memory
 # (the immediate passed to ``cudaFuncSetAttribute`` and the occupancy query in the wheel's host code) plus

@@ -17,6 +17,7 @@ from ..backends import Backend
 from ..backends import run as run_backend
 from ..checks import CheckedCall
 from ..errors import UnrecordedKernelWarning, UnsupportedFeatureError, warn_caller
+from ..platforms.gpus import reference_gpus
 from ..platforms.profiles import Profile
 from ..split import AUTO, Scheme, SplitK, SplitKSpec, parse_splitk
 from .epilogue import rowwise_epilogue
@@ -124,9 +125,10 @@ def _refusal(model: KernelModel, mat1: torch.Tensor, mat2: torch.Tensor, scale_a
              scale_b: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor | None) -> str | None:
     """Why the kernel's result is not determined for these layouts, or None."""
     m, k, n = int(mat1.shape[0]), int(mat1.shape[1]), int(mat2.shape[1])
-    kept = out if out is not None and tuple(out.shape) == (m, n) else None  # else resized: contiguous, fresh
+    kept = out if out is not None and tuple(out.shape) == (m, n) else None  # else resized: contiguous strides
+    # torch's resize keeps out's storage offset, so a resized out is written from the same offset
     odd = _misaligned([("mat1", mat1), ("mat2", mat2), ("scale_a", scale_a), ("scale_b", scale_b), ("bias", bias),
-                       ("out", kept)])
+                       ("out", out)])
     if odd:
         return (f"{', '.join(odd)} not 16-byte aligned (storage offset): the kernel's 16-byte loads and stores from "
                 "such a pointer are not characterised. Pass tensors whose storage offset is a multiple of 16 bytes")
@@ -172,10 +174,11 @@ def prepare_rowwise(profile: Profile, checked: CheckedCall, mat1: torch.Tensor, 
     """
     model = rowwise_model_for(profile.preset, profile.rowwise_kernel)
     if model is None:
+        modelled = [g for g in reference_gpus() if rowwise_model_for(g.preset, None) is not None]
         raise UnsupportedFeatureError(
             f"profile {profile.name!r}: row-wise scales run torch 2.7.1's CUTLASS kernel for the GPU's architecture, "
-            f"and mmaemu models it for the H100 (sm_90) and the RTX 4060 (sm_89) only, not for preset "
-            f"{profile.preset.name!r}; use profile='hopper' or 'ada'"
+            f"and mmaemu models it for {' and '.join(f'the {g.name} ({g.architecture})' for g in modelled)} only, "
+            f"not for preset {profile.preset.name!r}; use profile={' or '.join(repr(g.profile) for g in modelled)}"
         )
     refused = _refusal(model, mat1, mat2, scale_a, scale_b, bias, out)
     if refused is not None:

@@ -78,7 +78,9 @@ def dispatch(m: int, n: int, sm_count: int) -> Sm90Dispatch:
     """The sm_90 row-wise dispatch of an ``M x N`` output on a GPU of ``sm_count`` SMs (no SM carve-out).
 
     Example:
-        >>> dispatch(16, 128, 114).transposed, dispatch(16, 256, 114).transposed
+        >>> from mmaemu.platforms.gpus import reference_gpu
+        >>> sms = reference_gpu("h100").sm_count
+        >>> dispatch(16, 128, sms).transposed, dispatch(16, 256, sms).transposed
         (False, True)
     """
     rounded_m, rounded_n = -(-m // 64) * 64, -(-n // 64) * 64

@@ -171,7 +171,8 @@ def mapping(m: int, n: int, k: int, sms: int, occupancy: int) -> StreamKMapping:
     """The stream-K decomposition of an ``M x N x K`` GEMM (``mode == kGemm``, split factor 1).
 
     Example:
-        >>> d = mapping(16, 128, 1024, 24, 2)
+        >>> from mmaemu.platforms.gpus import reference_gpu
+        >>> d = mapping(16, 128, 1024, reference_gpu("rtx4060").sm_count, 2)
         >>> d.sk_tiles, d.sk_blocks, d.separate_reduction, d.peer_ranges()
         (1, 4, True, {0: ((0, 256), (256, 512), (512, 768), (768, 1024))})
     """

@@ -29,12 +29,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._enums import TextEnum
-from .table import FP8_FORMATS, H100_TABLE, RTX4060_TABLE, WS_BYTES, Setting, SplitTable, unpack_key
+from .gpus import GPUS, ReferenceGpu
+from .table import FP8_FORMATS, WS_BYTES, Setting, SplitTable, unpack_key
 
 __all__ = [
     "CANDIDATES",
-    "H100_TABLE",
-    "RTX4060_TABLE",
     "SHIPPED",
     "Domain",
     "Inferred",
@@ -181,6 +180,18 @@ class RuleCheck:
         return self.contradictions == 0 and self.mechanism_contradictions == 0
 
 
+def _table_of(gpu: ReferenceGpu) -> str:
+    """The id of the table recorded on ``gpu``, whose rows a rule of that GPU is checked against."""
+    if gpu.table_id is None:
+        raise ValueError(f"reference GPU {gpu.key!r} has no split-K table to bind an inference rule to")
+    return gpu.table_id
+
+
+#: The tables the rules below are bound to (each rule's evidence comes from that GPU's recordings), and the
+#: width of the k-tiles its split parts own (its split family's).
+_H100, _RTX4060 = _table_of(GPUS["h100"]), _table_of(GPUS["rtx4060"])
+_H100_TILE, _RTX4060_TILE = GPUS["h100"].split_family.tile, GPUS["rtx4060"].split_family.tile
+
 _SWEEP_K = (1024, 4_194_304)  # the K range of the H100 split-K sweep's grid (seeds 004, p1)
 _SWEEP_M, _SWEEP_N = 16_384, 1 << 20  # "shapes with M above 16,384 or N above 2^20 were not tested" (seeds 004)
 
@@ -199,7 +210,7 @@ _SWEEP_M, _SWEEP_N = 16_384, 1 << 20  # "shapes with M above 16,384 or N above 2
 # table's rows with M*N below the sweeps' 7,680 splits no more readily than its recorded neighbours at
 # K = 4,096 and 5,120.
 _K_FLOOR = RuleSpec(
-    Rule.H100_K_FLOOR, RuleKind.K_FLOOR, H100_TABLE,
+    Rule.H100_K_FLOOR, RuleKind.K_FLOOR, _H100,
     Domain((_MIB,), _SWEEP_K[0], 5135, _SWEEP_M, _SWEEP_N),
     "cuBLASLt splits only long K: the H100 sweep's dense K part first splits at K = 5,136 at 1 MiB "
     "(specified), and every 1 MiB table row with K <= 5,120 is unsplit",
@@ -231,12 +242,12 @@ _K_FLOOR = RuleSpec(
 # candidate h100-small-k-32mib fits the table and is not shipped, like h100-k-floor-32mib),
 # 16 <= K <= 1,023, and the sweep's M <= 16,384, N <= 2^20.
 _SMALL_K = RuleSpec(
-    Rule.H100_SMALL_K, RuleKind.SMALL_K, H100_TABLE,
+    Rule.H100_SMALL_K, RuleKind.SMALL_K, _H100,
     Domain((_MIB,), 16, _SWEEP_K[0] - 1, _SWEEP_M, _SWEEP_N),
     "below the recorded K range the H100 does not split at 1 MiB: nothing splits below K = 5,136 there, no "
     "recorded split row lies below an unsplit row of its M, N and setting in K, and every part of every recorded "
     "split keeps at least 18 of the 128-wide k-tiles, where a split of a K < 1,024 call could give a part 4 at most",
-    k_tile=128,
+    k_tile=_H100_TILE,
 )
 
 # [Note: the H100 workspace capacity]
@@ -254,7 +265,7 @@ _SMALL_K = RuleSpec(
 # and a kernel that splits without a workspace (the RTX 4060 has them: the candidate rtx4060-workspace is
 # contradicted by 1,835 split rows) would break the mechanism.
 _WORKSPACE = RuleSpec(
-    Rule.H100_WORKSPACE, RuleKind.WORKSPACE, H100_TABLE,
+    Rule.H100_WORKSPACE, RuleKind.WORKSPACE, _H100,
     Domain(WS_BYTES, *_SWEEP_K, _SWEEP_M, _SWEEP_N),
     "a split keeps S fp32 partial outputs in the workspace: every H100 split row has "
     "S x padded M x padded N x 4 bytes <= workspace (padding 8)",
@@ -271,7 +282,7 @@ _WORKSPACE = RuleSpec(
 # with no row at all (one the heuristic rejects) is never inferred. The H100's decisions do depend on the
 # pair (candidate h100-format-pair: 87,108 rows contradict it).
 _FORMAT_PAIR = RuleSpec(
-    Rule.RTX4060_FORMAT_PAIR, RuleKind.FORMAT_PAIR, RTX4060_TABLE,
+    Rule.RTX4060_FORMAT_PAIR, RuleKind.FORMAT_PAIR, _RTX4060,
     Domain(WS_BYTES, 16, 16_384, 16_384, 24_576),
     "the RTX 4060's decision does not depend on the FP8 formats: every shape recorded under two or more "
     "format pairs has one (S, customOption)",
@@ -282,21 +293,22 @@ SHIPPED: tuple[RuleSpec, ...] = (_K_FLOOR, _SMALL_K, _WORKSPACE, _FORMAT_PAIR)
 
 #: Every rule checked by the tool: the shipped ones and the candidates that are not shipped.
 CANDIDATES: tuple[RuleSpec, ...] = SHIPPED + (
-    RuleSpec(Rule.H100_K_FLOOR_32MIB, RuleKind.K_FLOOR, H100_TABLE, Domain((32 * _MIB,), _SWEEP_K[0], 5135, _SWEEP_M,
+    RuleSpec(Rule.H100_K_FLOOR_32MIB, RuleKind.K_FLOOR, _H100, Domain((32 * _MIB,), _SWEEP_K[0], 5135, _SWEEP_M,
              _SWEEP_N), "the 1 MiB floor at Transformer Engine's 32 MiB", k_floor=5136, shipped=False,
              why_not="fits the table, but the table has only six K values below 5,136 and no dense K sweep is "
                      "documented at 32 MiB"),
-    RuleSpec(Rule.H100_SMALL_K_32MIB, RuleKind.SMALL_K, H100_TABLE, Domain((32 * _MIB,), 16, _SWEEP_K[0] - 1,
-             _SWEEP_M, _SWEEP_N), "the 1 MiB small-K rule at Transformer Engine's 32 MiB", k_tile=128, shipped=False,
+    RuleSpec(Rule.H100_SMALL_K_32MIB, RuleKind.SMALL_K, _H100, Domain((32 * _MIB,), 16, _SWEEP_K[0] - 1,
+             _SWEEP_M, _SWEEP_N), "the 1 MiB small-K rule at Transformer Engine's 32 MiB", k_tile=_H100_TILE,
+             shipped=False,
              why_not="fits the table, but it rests on a K floor at 32 MiB, which is not established (h100-k-floor-32mib)"),
-    RuleSpec(Rule.RTX4060_SMALL_K, RuleKind.SMALL_K, RTX4060_TABLE, Domain((_MIB, 4 * _MIB), 16, 1023, 16_384, 24_576),
-             "the H100 small-K rule on the RTX 4060 (64-wide k-tiles)", k_tile=64, shipped=False,
+    RuleSpec(Rule.RTX4060_SMALL_K, RuleKind.SMALL_K, _RTX4060, Domain((_MIB, 4 * _MIB), 16, 1023, 16_384, 24_576),
+             "the H100 small-K rule on the RTX 4060 (64-wide k-tiles)", k_tile=_RTX4060_TILE, shipped=False,
              why_not="contradicted by the RTX 4060 table (it splits K = 16 into 3 parts, and some of its splits lie "
                      "below unsplit rows in K)"),
-    RuleSpec(Rule.H100_FORMAT_PAIR, RuleKind.FORMAT_PAIR, H100_TABLE, Domain((_MIB, 32 * _MIB), *_SWEEP_K, _SWEEP_M,
+    RuleSpec(Rule.H100_FORMAT_PAIR, RuleKind.FORMAT_PAIR, _H100, Domain((_MIB, 32 * _MIB), *_SWEEP_K, _SWEEP_M,
              _SWEEP_N), "the RTX 4060 format-pair rule on the H100", shipped=False,
              why_not="contradicted by the H100 table"),
-    RuleSpec(Rule.RTX4060_WORKSPACE, RuleKind.WORKSPACE, RTX4060_TABLE, Domain((_MIB, 4 * _MIB), 16, 16_384, 16_384,
+    RuleSpec(Rule.RTX4060_WORKSPACE, RuleKind.WORKSPACE, _RTX4060, Domain((_MIB, 4 * _MIB), 16, 16_384, 16_384,
              24_576), "the H100 workspace rule on the RTX 4060", pad=1, shipped=False,
              why_not="contradicted by the RTX 4060 table (its kernels split without a workspace per part)"),
 )

@@ -3,9 +3,11 @@
 A profile is a reference platform: a GPU with its SM count, cuBLASLt and torch versions, the
 caller (torch or Transformer Engine) with its cuBLAS workspace, the tensor-core preset, the split-K
 family of its cuBLAS and the id of the split-K table recorded on it (:mod:`mmaemu.platforms.table`).
-The shipped profiles are :data:`PROFILES`; :func:`register_profile` adds user profiles (e.g. built
-from a recording by :func:`mmaemu.recording.profile.profile_from_recording`); :func:`get_profile` is
-the one resolver of a ``profile=`` argument.
+A reference GPU's profiles are built from its record (:mod:`mmaemu.platforms.gpus`) by :func:`profiles_of`:
+the shipped profiles are :data:`PROFILES`; :func:`register_gpu` adds a GPU and its profiles at run time,
+:func:`register_profile` a user profile (e.g. built from a recording by
+:func:`mmaemu.recording.profile.profile_from_recording`); :func:`get_profile` is the one resolver of a
+``profile=`` argument.
 """
 
 from __future__ import annotations
@@ -17,10 +19,10 @@ from typing import Any
 
 from ..epilogue import BiasOrder
 from ..errors import ExperimentalPresetWarning, UnknownNameError, warn_caller
-from ..presets import ADA, B200_MMA_SYNC, HOPPER, Maturity, Preset
-from ..split import Scheme
-from .table import (H100_TABLE, RTX4060_TABLE, USER_TABLES, WS_BYTES, SplitTable, check_user_table, register_table,
-                    table_known)
+from ..presets import B200_MMA_SYNC, Maturity, Preset
+from ..split import Scheme, SplitFamily
+from .gpus import GPUS, USER_GPUS, ReferenceGpu
+from .table import USER_TABLES, WS_BYTES, SplitTable, check_user_table, register_table, table_known
 
 __all__ = [
     "MIB",
@@ -31,6 +33,9 @@ __all__ = [
     "DEFAULT_PROFILE",
     "USER_PROFILES",
     "profiles",
+    "profiles_of",
+    "register_gpu",
+    "unregister_gpu",
     "get_profile",
     "default_profile_name",
     "registered_name",
@@ -39,13 +44,6 @@ __all__ = [
 ]
 
 MIB = 1 << 20
-
-
-class SplitFamily(enum.Enum):
-    """How a platform's cuBLAS deals K to split parts and combines them."""
-
-    CONTIGUOUS = "contiguous 128-wide k-tiles, serial combination"
-    ROUND_ROBIN = "round-robin 64-wide k-tiles, serial or pairwise combination"
 
 
 class Caller(enum.Enum):
@@ -108,10 +106,8 @@ class Profile:
 
     @property
     def schemes(self) -> tuple[Scheme, ...]:
-        """The split schemes this platform's cuBLAS uses."""
-        if self.split_family is SplitFamily.CONTIGUOUS:
-            return (Scheme.CONTIGUOUS,)
-        return (Scheme.SERIAL, Scheme.PAIRWISE)
+        """The split schemes this platform's cuBLAS uses (its split family's)."""
+        return self.split_family.schemes
 
     @property
     def transformer_engine(self) -> bool:
@@ -126,39 +122,44 @@ class Profile:
         )
 
 
-def _profile(name: str, preset: Preset, gpu_key: str, caller: Caller, workspace: int, maturity: Maturity = Maturity.VALIDATED,
+# [Note: the callers' workspaces] torch 2.7.1's ``_scaled_mm`` gives cuBLASLt a 1 MiB workspace
+# (``CUBLASLT_WORKSPACE_SIZE``, in KiB, overrides it); Transformer Engine 2.3 gives 32 MiB on compute
+# capability 9.0 and above, else 4 MiB (TE's ``get_cublas_workspace_size_bytes``,
+# transformer_engine/pytorch/module/base.py). Seeds 000 state both for the two reference GPUs: "torch._scaled_mm
+# (1 MiB workspace)", the H100 PCIe with "TE's workspace 32 MiB", the RTX 4060 with "TE's workspace 4 MiB".
+# The zero-workspace profiles stand for ``CUBLASLT_WORKSPACE_SIZE=0``.
+#: torch's cuBLASLt workspace ([Note: the callers' workspaces]).
+TORCH_WORKSPACE = 1 * MIB
+
+
+def te_workspace(gpu: ReferenceGpu) -> int:
+    """Transformer Engine's cuBLASLt workspace on ``gpu`` ([Note: the callers' workspaces])."""
+    return 32 * MIB if gpu.architecture.capability >= (9, 0) else 4 * MIB
+
+
+def _profile(name: str, gpu: ReferenceGpu, caller: Caller, workspace: int, maturity: Maturity,
              table: bool = True) -> Profile:
-    h100 = gpu_key == "h100"
     return Profile(
-        name=name,
-        preset=preset,
-        split_family=SplitFamily.CONTIGUOUS if h100 else SplitFamily.ROUND_ROBIN,
-        gpu="NVIDIA H100 PCIe" if h100 else "NVIDIA GeForce RTX 4060",
-        sm_count=114 if h100 else 24,
-        cublaslt="12.8.3.14",
-        torch_version="2.7.1",
-        caller=caller,
-        workspace_bytes=workspace,
-        maturity=maturity,
-        table_id=(H100_TABLE if h100 else RTX4060_TABLE) if table else None,
-        source=(
-            "specified: H100 PCIe probe (1,423 live calls) and split-K sweep (2,744 live jobs); recordings/splitk"
-            if h100
-            else "recordings/rtx4060 (7,070 RTX 4060 outputs and calls); recordings/splitk"
-        ),
+        name=name, preset=gpu.preset, split_family=gpu.split_family, gpu=gpu.name, sm_count=gpu.sm_count,
+        cublaslt=gpu.cublaslt, torch_version=gpu.torch_version, caller=caller, workspace_bytes=workspace,
+        maturity=maturity, table_id=gpu.table_id if table else None, source=gpu.source,
     )
+
+
+def profiles_of(gpu: ReferenceGpu) -> tuple[Profile, Profile, Profile]:
+    """A reference GPU's three profiles, every fact read from its record: ``<profile>`` (``torch._scaled_mm``),
+    ``<profile>-te`` (Transformer Engine) and ``<profile>-ws0`` (no workspace)."""
+    return (_profile(gpu.profile, gpu, Caller.TORCH, TORCH_WORKSPACE, gpu.maturity),
+            _profile(f"{gpu.profile}-te", gpu, Caller.TRANSFORMER_ENGINE, te_workspace(gpu), gpu.maturity),
+            _profile(f"{gpu.profile}-ws0", gpu, Caller.TORCH, 0, gpu.maturity))
 
 
 PROFILES: dict[str, Profile] = {
     p.name: p
     for p in (
-        _profile("hopper", HOPPER, "h100", Caller.TORCH, 1 * MIB),
-        _profile("hopper-te", HOPPER, "h100", Caller.TRANSFORMER_ENGINE, 32 * MIB),
-        _profile("hopper-ws0", HOPPER, "h100", Caller.TORCH, 0),
-        _profile("ada", ADA, "rtx4060", Caller.TORCH, 1 * MIB),
-        _profile("ada-te", ADA, "rtx4060", Caller.TRANSFORMER_ENGINE, 4 * MIB),
-        _profile("ada-ws0", ADA, "rtx4060", Caller.TORCH, 0),
-        _profile("hopper-experimental", HOPPER, "h100", Caller.TORCH, 1 * MIB, Maturity.EXPERIMENTAL, table=False),
+        *(p for gpu in GPUS.values() for p in profiles_of(gpu)),
+        _profile("hopper-experimental", GPUS["h100"], Caller.TORCH, TORCH_WORKSPACE, Maturity.EXPERIMENTAL,
+                 table=False),
         Profile(
             name="b200-mma-sync-experimental",
             preset=B200_MMA_SYNC,
@@ -168,7 +169,7 @@ PROFILES: dict[str, Profile] = {
             cublaslt="none",
             torch_version="none",
             caller=Caller.TORCH,
-            workspace_bytes=1 * MIB,
+            workspace_bytes=TORCH_WORKSPACE,
             maturity=Maturity.EXPERIMENTAL,
             table_id=None,
             source="hw-vectors/b200_e4m3.npz (instruction level only; MATLAB tensor-core toolbox)",
@@ -243,6 +244,53 @@ def unregister_profile(name: str) -> None:
     if profile is not None and profile.table_id is not None:
         if not any(p.table_id == profile.table_id for p in USER_PROFILES.values()):
             USER_TABLES.pop(profile.table_id, None)
+
+
+def register_gpu(gpu: ReferenceGpu, *, table: SplitTable | None = None, replace: bool = False) -> tuple[Profile, ...]:
+    """Register a reference GPU at run time, with its split-K table: its three profiles (:func:`profiles_of`)
+    become ``profile=`` names and :func:`~mmaemu.platforms.gpus.reference_gpu` finds its record.
+
+    A shipped GPU is one record in :data:`mmaemu.platforms.gpus.GPUS` and its table's files; this is the same
+    record, registered in this process. Nothing is registered when it raises.
+
+    Returns:
+        Its profiles, as registered.
+
+    Raises:
+        TypeError: ``gpu`` is not a :class:`~mmaemu.platforms.gpus.ReferenceGpu`, or ``table`` not a
+            :class:`~mmaemu.platforms.table.SplitTable`.
+        ValueError: its key is a shipped GPU's, or already registered and ``replace`` is false; it pins
+            ``table_sha256`` (only shipped files are pinned: pass the table); a profile name of it is a shipped
+            profile's, or already registered and ``replace`` is false; or as :func:`register_profile` for its
+            table.
+    """
+    if not isinstance(gpu, ReferenceGpu):
+        raise TypeError(f"gpu must be a ReferenceGpu, not {type(gpu).__name__}")
+    if gpu.key in GPUS or (gpu.key in USER_GPUS and not replace):
+        what = "a shipped GPU's key" if gpu.key in GPUS else "already registered (pass replace=True)"
+        raise ValueError(f"reference GPU key {gpu.key!r} is {what}; give the GPU another key")
+    if gpu.table_sha256 is not None:
+        raise ValueError(f"reference GPU {gpu.key!r} pins table_sha256, which only a shipped GPU's files have; "
+                         "set it to None and pass the table as register_gpu(gpu, table=...)")
+    made = profiles_of(gpu)
+    taken = [p.name for p in made if p.name in PROFILES or (p.name in USER_PROFILES and not replace)]
+    if taken:
+        raise ValueError(f"reference GPU {gpu.key!r}: its profile names {taken} are taken (a shipped profile's, or "
+                         "registered: pass replace=True); give it another profile name")
+    register_profile(made[0], table=table, replace=replace)  # checks and registers the table first
+    for p in made[1:]:
+        register_profile(p, replace=replace)
+    USER_GPUS[gpu.key] = gpu
+    return made
+
+
+def unregister_gpu(key: str) -> None:
+    """Remove a reference GPU registered at run time, its profiles and its table (no-op for other keys)."""
+    gpu = USER_GPUS.pop(key, None)
+    if gpu is not None:
+        for p in profiles_of(gpu):
+            if USER_PROFILES.get(p.name) == p:
+                unregister_profile(p.name)
 
 
 def profiles() -> list[Profile]:

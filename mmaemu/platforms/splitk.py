@@ -43,7 +43,7 @@ from ..formats import Fp8Format, OutFormat
 from .._host import env_flag
 from ..split import Scheme, SplitK
 from . import cublaslt, inference
-from .profiles import Profile, SplitFamily
+from .profiles import Profile
 from .table import Setting, SplitTable, unpack_key
 
 __all__ = [
@@ -166,12 +166,9 @@ def live_query(profile: Profile, problem: Problem) -> tuple[int, int] | None:
 
 
 def scheme_for(profile: Profile, s: int, custom: int) -> Scheme:
-    """The split scheme of a cuBLASLt decision (S and customOption) on ``profile``'s platform."""
-    if s == 1:
-        return Scheme.NONE
-    if profile.split_family is SplitFamily.CONTIGUOUS:
-        return Scheme.CONTIGUOUS  # every customOption combines contiguously and serially (seeds 002)
-    return Scheme.PAIRWISE if custom == 1 else Scheme.SERIAL
+    """The split scheme of a cuBLASLt decision (S and customOption) on ``profile``'s platform (its split
+    family's rule, :meth:`~mmaemu.split.SplitFamily.scheme_for`)."""
+    return profile.split_family.scheme_for(s, custom)
 
 
 def combo_verified(profile: Profile, problem: Problem, s: int, scheme: Scheme) -> bool:
@@ -209,8 +206,10 @@ def split_warnings(profile: Profile, problem: Problem, decision: SplitDecision) 
 # decision keeps S = 1 (the bits do not change) but is ``extrapolated`` and ``verified=False`` with an
 # UnvalidatedEnvelopeWarning: no hardware query backs it, as none backs an inference rule, whose domain
 # stops at the same M and N (mmaemu/platforms/inference.py). A fitted envelope that records no range is
-# treated as extrapolated everywhere. The RTX 4060 envelope (twice the largest split M*N, a K-free rule of
-# another kind) records no range and is not marked.
+# treated as extrapolated everywhere. The RTX 4060 envelope (twice the largest split M*N) is a K-free rule
+# checked on its table and 1,512,000 live queries, none beyond the table's K (16 to 16,384); seeds 000 says
+# a K bound alone is not safe there, and seeds 002 counts envelope decisions as not validated. So above the
+# largest K its table records, its decision is ``extrapolated`` and not verified, the same way.
 
 
 def _extrapolation(env: dict[str, Any], problem: Problem) -> str:
@@ -251,9 +250,13 @@ def _envelope(profile: Profile, problem: Problem, table: SplitTable) -> tuple[Sp
     bound = 2 * int(stats["max_split_MN"])
     if mn <= bound:
         return None, f"M*N = {mn:,} is not above {bound:,}, twice the setting's largest split M*N"
+    k_max = table.largest_k
+    beyond = f"K = {problem.k:,} is above the largest K its table records ({k_max:,})" if problem.k > k_max else ""
     return SplitDecision(
-        1, Scheme.NONE, SplitSource.ENVELOPE, True, table.table_id,
-        f"M*N = {mn:,} > {bound:,}, twice the largest split M*N of this setting on the RTX 4060",
+        1, Scheme.NONE, SplitSource.ENVELOPE, not beyond, table.table_id,
+        f"M*N = {mn:,} > {bound:,}, twice the largest split M*N of this setting on the "
+        f"{profile.gpu.removeprefix('NVIDIA ')}" + (f"; extrapolated: {beyond}" if beyond else ""),
+        extrapolated=bool(beyond),
     ), ""
 
 
@@ -327,8 +330,8 @@ def _decide(profile: Profile, problem: Problem, steps: list[SplitStep] | None = 
             s, custom = int(table.S[row]), int(table.custom[row])
             scheme = scheme_for(profile, s, custom)
             verified = combo_verified(profile, problem, s, scheme)
-            if s > 1 and profile.split_family is SplitFamily.CONTIGUOUS and custom >= 4:
-                verified = False  # customOption 4-7 on split rows: never replayed (seeds 002)
+            if s > 1 and custom not in profile.split_family.replayed_custom:
+                verified = False  # a customOption no split call of the family replayed ([Note: split families])
             return SplitDecision(s, scheme, SplitSource.TABLE, verified, table.table_id,
                                  f"row {row} of {table.table_id} (customOption {custom})")
         skip(SplitSource.TABLE, f"{table.table_id} has no row for {problem.m} x {problem.n} x {problem.k} in this "

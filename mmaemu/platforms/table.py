@@ -14,9 +14,10 @@ one-byte *setting* code and sorted within it by a 63-bit *key*:
 The shipped tables (``mmaemu/data/splitk``, written by ``tools/convert_splitk.py``), the recorder's
 ``heuristics.npz`` and the replay all go through this module.
 
-A shipped table's id (:data:`SHIPPED_TABLES`) always names the shipped data: :meth:`SplitTable.load`
-reads it from the package and checks its sha256, and no user table can be registered under it
-(:func:`register_table`), nor under an id that differs from one only in case, whitespace or Unicode form.
+A shipped table's id (:data:`SHIPPED_TABLES`, pinned by the reference GPUs' records) always names the
+shipped data: :meth:`SplitTable.load` reads it from the package and checks its sha256, and no user table can
+be registered under it (:func:`register_table`), nor under an id that differs from one only in case,
+whitespace or Unicode form.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ import numpy as np
 from ..errors import UnknownNameError
 from ..formats import Fp8Format, OutFormat
 from ..split import Scheme
+from .gpus import GPUS
 
 __all__ = [
     "TABLE_FORMAT",
@@ -269,23 +271,18 @@ def write_table(directory: Path, stem: str, arrays: Mapping[str, np.ndarray], in
     return npz_path, json_path
 
 
-#: The id of the table recorded on the H100 PCIe (profiles ``hopper``, ``hopper-te``, ``hopper-ws0``).
-H100_TABLE = "heur_h100pcie_lt12.8.3.14"
-#: The id of the table recorded on the RTX 4060 (profiles ``ada``, ``ada-te``, ``ada-ws0``).
-RTX4060_TABLE = "heur_rtx4060_lt12.8.3.14"
-
-# [Note: the shipped tables' sha256] The sha256 of ``<table_id>.npz`` and ``<table_id>.json`` in
-# ``mmaemu/data/splitk`` as ``tools/convert_splitk.py`` writes them from ``recordings/splitk`` (the conversion
-# is byte for byte reproducible: ``tools/convert_splitk.py --check``). :meth:`SplitTable.load` refuses a
-# shipped file with another sha256, so an edited or damaged installation cannot speak for the reference GPUs.
-# ``.gitattributes`` marks the files -text, so no checkout converts their line endings.
-#: The shipped split-K tables: id -> (sha256 of its ``.npz``, sha256 of its ``.json``).
+# [Note: the shipped tables' sha256] Each shipped reference GPU's record (:data:`mmaemu.platforms.gpus.GPUS`)
+# pins the sha256 of its table's ``<table_id>.npz`` and ``<table_id>.json`` in ``mmaemu/data/splitk`` as
+# ``tools/convert_splitk.py`` writes them from ``recordings/splitk``. :meth:`SplitTable.load` refuses a shipped
+# file with another sha256, so an edited or damaged installation cannot speak for the reference GPUs.
+#: The shipped split-K tables: id -> (sha256 of its ``.npz``, sha256 of its ``.json``), from the GPU records.
 SHIPPED_TABLES: Mapping[str, tuple[str, str]] = MappingProxyType({
-    H100_TABLE: ("5b4c25103b77865e385ffcda4be62218ab061a693812b32749dcb04c5151dd63",
-                 "b5dbc043e346dda1b5a72dfdf771f12c436ed571b8a112a085ccc03a9447766f"),
-    RTX4060_TABLE: ("ba0be27749726e2f0eb08a414a1668b841ece2698314e5257b2367a1339902af",
-                    "1bffd0111e6f171aa4d74cc4ea5a930ddda8131904a55d89a5268eba0ceb7a05"),
+    gpu.table_id: gpu.table_sha256 for gpu in GPUS.values() if gpu.table_id is not None and gpu.table_sha256 is not None
 })
+#: The id of the table recorded on the H100 PCIe (its record's ``table_id``; kept for code that imported it).
+H100_TABLE: str = str(GPUS["h100"].table_id)
+#: The id of the table recorded on the RTX 4060 (its record's ``table_id``; kept for code that imported it).
+RTX4060_TABLE: str = str(GPUS["rtx4060"].table_id)
 
 #: Tables registered at run time (:func:`register_table`), e.g. a recording's. A shipped id in it is never
 #: read: :meth:`SplitTable.load` serves shipped ids from the package.
@@ -326,7 +323,7 @@ def _check_shipped_bytes(table_id: str, npz_bytes: bytes, json_bytes: bytes) -> 
             raise RuntimeError(
                 f"mmaemu's shipped split-K table file {table_id}{suffix} has sha256 {got}, not the {want} mmaemu "
                 "ships: the installed package data is damaged or edited, so it cannot speak for the reference GPU; "
-                "reinstall mmaemu (pip install --force-reinstall mmaemu)")
+                "reinstall mmaemu (pip install --force-reinstall . from its checkout: the distribution mmaemu-bits)")
 
 
 @dataclass(frozen=True)
@@ -440,6 +437,11 @@ class SplitTable:
             found = (pos < hi) & (self.key[pos_ok] == keys[sel])
             idx[sel[found]] = pos_ok[found]
         return idx
+
+    @functools.cached_property
+    def largest_k(self) -> int:
+        """The largest K of any recorded row (0 for an empty table)."""
+        return int(unpack_key(self.key)[2].max()) if len(self.key) else 0
 
     def setting_stats(self, setting: Setting) -> dict[str, Any] | None:
         """The recorded statistics of one setting (rows, split rows, largest split M*N, ...)."""

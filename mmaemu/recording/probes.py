@@ -45,7 +45,6 @@ from ..accumulation import SLOW_CHUNK, AccumulationPlan, cut_chains, plan_accumu
 from ..backends import reference
 from ..epilogue import BiasOrder, epilogue
 from ..formats import Fp8Format
-from ..platforms.profiles import SplitFamily
 from ..presets import (
     ADA,
     B200_MMA_SYNC,
@@ -56,7 +55,7 @@ from ..presets import (
     Preset,
     Rounding,
 )
-from ..split import Scheme, SplitK
+from ..split import Scheme, SplitFamily, SplitK
 
 __all__ = [
     "CANDIDATES",
@@ -326,10 +325,6 @@ def _bits(result: ProbeResult, preset: Preset, plan: AccumulationPlan) -> bool:
     return True
 
 
-def _scheme_name(scheme: Scheme) -> str:
-    return scheme.value
-
-
 @dataclass(frozen=True)
 class ProbeVerdict:
     """Which models fit a GPU's probe outputs.
@@ -472,17 +467,16 @@ def _analyse(results: Sequence[ProbeResult], candidates: Iterable[Candidate]) ->
     family: SplitFamily | None = None
     if preset is not None and stage3:
         interval = SLOW_CHUNK if (not intervals or SLOW_CHUNK in intervals) else intervals[0]
+        schemes = [scheme for f in SplitFamily for scheme in f.schemes]
         for r in stage3:
             k = r.probe.shape[2]
-            ok = tuple(_scheme_name(s) for s in (Scheme.CONTIGUOUS, Scheme.SERIAL, Scheme.PAIRWISE)
+            ok = tuple(s.value for s in schemes
                        if _bits(r, preset, candidate_plan(k, r.probe.fast, SplitK(r.S, s), interval)))
             split_schemes[r.probe.name] = ok
             custom_schemes.setdefault(r.custom, set()).update(ok)
-        if all("contiguous" in v for v in split_schemes.values()):
-            family = SplitFamily.CONTIGUOUS
-        elif all((("pairwise" if r.custom == 1 else "serial") in split_schemes[r.probe.name]) for r in stage3):
-            family = SplitFamily.ROUND_ROBIN
-        else:
+        family = next((f for f in SplitFamily
+                       if all(f.scheme_for(r.S, r.custom).value in split_schemes[r.probe.name] for r in stage3)), None)
+        if family is None:
             notes.append("no split family fits every split probe (with the customOption mapping of mmaemu's families)")
     elif stage3:
         notes.append("split probes not analysed: no preset fits")

@@ -13,9 +13,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..platforms.profiles import Caller, Profile, SplitFamily, register_profile
+from ..platforms.profiles import Caller, Profile, register_profile
 from ..platforms.table import WS_BYTES, SplitTable, register_table, setting_statistics
 from ..presets import Maturity, Preset, get_preset
+from ..split import SplitFamily
 from ._attestation import attestation_problem
 from .directory import RecordingDirectory
 from ._envelope import TableRows, fit_envelope, heldout_mask, validate_envelope

@@ -10,8 +10,8 @@ The report (``DIR/replay.json`` and a summary on stdout) says:
   two GPU runs differed are reported as nondeterministic; a call torch refused must be refused too;
 - **heuristics**: every recorded row reproduced by :func:`mmaemu.platforms.splitk.resolve_splitk` under a
   profile built from the recording, the live calls' decisions equal to the table's, the envelope's
-  held-out test, and, when the GPU, SM count and cuBLASLt version are a shipped profile's, the rows equal
-  to the shipped table (drift).
+  held-out test, and, when the GPU, SM count and cuBLASLt version are a registered reference GPU's
+  (:func:`mmaemu.platforms.gpus.gpu_of`), the rows equal to that GPU's table (drift).
 
 Before anything else, the arguments are checked (an unknown or unusable ``backend``, an unknown
 ``preset``: :class:`ValueError`, nothing read or written). The recording is then read by the one
@@ -46,10 +46,12 @@ import numpy as np
 
 from ..backends import Backend, parse_backend, supports
 from ..errors import MmaemuError, MmaemuWarning
-from ..platforms.profiles import PROFILES, Caller, Profile, SplitFamily
-from ..platforms.splitk import Problem, SplitSource, resolve_splitk, scheme_for
+from ..platforms.gpus import gpu_of
+from ..platforms.profiles import Caller, Profile
+from ..platforms.splitk import Problem, SplitSource, resolve_splitk
 from ..platforms.table import Setting, SplitTable
 from ..presets import Preset, get_preset
+from ..split import SplitFamily
 from ._attestation import attest
 from ._blockwise import BLOCK_GRID, BLOCK_SECTIONS
 from .directory import RecordingDirectory
@@ -176,7 +178,7 @@ def _replay_call(call: CallRecord, rec: Recording, profile: Profile, backend: st
     a, b = call_inputs(call.data, call.seed, call.m, call.n, call.k, call.fmt_a, call.fmt_b)
     if inputs_sha256(a, b) != call.input_sha256:
         return CallOutcome(call.id, call.call_class, False, "inputs", None, elements)
-    split: Any = 1 if call.S <= 1 else (call.S, scheme_for(profile, call.S, call.custom))
+    split: Any = 1 if call.S <= 1 else (call.S, profile.split_family.scheme_for(call.S, call.custom))
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", MmaemuWarning)
@@ -248,20 +250,20 @@ def _heuristics(rec: Recording, preset: Preset, family: SplitFamily, verdict: Pr
     out.update(live_decisions=live_total, live_decisions_equal=live_equal)
     if live_equal != live_total:
         failures.append(f"heuristics: {live_total - live_equal} live calls' decisions differ from the table")
-    # drift against a shipped table of the same platform
+    # drift against the table of the registered reference GPU of the same platform
     env = rec.environment
-    for shipped in PROFILES.values():
-        if shipped.table_id and (shipped.gpu, shipped.sm_count, shipped.cublaslt) == (env.get("gpu"), env.get("sm_count"), env.get("cublaslt")):
-            ref = SplitTable.load(shipped.table_id)
-            idx = ref.lookup_many(rows.setting, rows.m, rows.n, rows.k)
-            common = idx >= 0
-            recorded_custom = table.custom[np.maximum(found, 0)]
-            differ = int((common & ((ref.S[np.maximum(idx, 0)] != rows.S)
-                                    | (ref.custom[np.maximum(idx, 0)] != recorded_custom))).sum())
-            out["drift"] = {"table_id": shipped.table_id, "common": int(common.sum()), "differ": differ}
-            if differ:
-                failures.append(f"heuristics: {differ} rows differ from the shipped table {shipped.table_id} (drift)")
-            break
+    reference = gpu_of(env.get("gpu"), env.get("sm_count"), env.get("cublaslt"))
+    if reference is not None and reference.table_id is not None:
+        ref = SplitTable.load(reference.table_id)
+        idx = ref.lookup_many(rows.setting, rows.m, rows.n, rows.k)
+        common = idx >= 0
+        recorded_custom = table.custom[np.maximum(found, 0)]
+        differ = int((common & ((ref.S[np.maximum(idx, 0)] != rows.S)
+                                | (ref.custom[np.maximum(idx, 0)] != recorded_custom))).sum())
+        out["drift"] = {"table_id": reference.table_id, "common": int(common.sum()), "differ": differ}
+        if differ:
+            failures.append(f"heuristics: {differ} rows differ from the {reference.name}'s table {reference.table_id} "
+                            "(drift)")
     return out
 
 
@@ -358,7 +360,7 @@ def _replay_calls(rec: Recording, chosen: Preset | None, family: SplitFamily | N
             by_class[o.call_class.value]["equal"] += int(o.equal)
             if o.equal and call.S > 1 and call.error is None:
                 setting = Setting(call.fmt_a, call.fmt_b, call.out, call.fast, call.workspace_bytes)
-                verified.add(setting.combo(call.S, scheme_for(profile, call.S, call.custom)))
+                verified.add(setting.combo(call.S, profile.split_family.scheme_for(call.S, call.custom)))
     bad = [o for o in outcomes if not o.equal]
     for reason in sorted({o.reason for o in bad}):
         group = [o for o in bad if o.reason == reason]
@@ -443,7 +445,7 @@ def main_replay(path: str, backend: str, preset: str | None, split_family: str |
     2 when the replay could not run: a refused argument or an unreadable recording (nothing written
     then), or damaged data files (the report, written, names them)."""
     stream = stream or sys.stdout
-    families = {"contiguous": SplitFamily.CONTIGUOUS, "round-robin": SplitFamily.ROUND_ROBIN}
+    families = {f.value: f for f in SplitFamily}
     if split_family is not None and split_family not in families:
         sys.stderr.write(f"mmaemu replay: split family {split_family!r} is not one of {sorted(families)}\n")
         return 2

@@ -153,6 +153,37 @@ def test_random_bias_layouts_are_read_as_cublaslt_reads_them(dtype: torch.dtype,
     assert counts["accepted"] >= 10 and counts["refused"] >= 10, counts
 
 
+def _one_storage(m: int) -> torch.Tensor:
+    """bf16 storage for a bias and an out: 0, 1, 2, ... in its first N elements, room for an [m, N] out after."""
+    storage = torch.zeros(2 * N + m * N + 64, dtype=torch.bfloat16)
+    storage[:N] = torch.arange(N, dtype=torch.bfloat16)
+    return storage
+
+
+def test_an_out_over_the_memory_cublaslt_reads_as_bias_is_refused() -> None:
+    """The bias cuBLASLt reads is the N elements at its data pointer, not its logical elements: an out written
+    over that memory is refused even where it misses the bias's own elements (an expanded scalar bias reads
+    storage[0:N]; out starts at storage[8]); an out that misses the memory read is served, even where it
+    overlaps elements of a strided bias the GPU does not read (bias storage[0:2N:2] reads storage[0:N])."""
+    a, b = operands()
+    one = torch.tensor(1.0)
+    storage = _one_storage(16)
+    out = storage[8:8 + 16 * N].view(16, N)
+    before = out.clone()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", mmaemu.UnverifiedEpilogueWarning)
+        with pytest.raises(RuntimeError, match="out shares memory with bias"):
+            mmaemu.scaled_mm(a, b, one, one, storage[:1].expand(N), out_dtype=torch.bfloat16, splitk=1, out=out)
+        assert_bitwise_equal(out, before)
+        storage = _one_storage(16)
+        bias = storage[:2 * N - 1:2]
+        out = storage[N + 8:N + 8 + 16 * N].view(16, N)
+        want = mmaemu.scaled_mm(a, b, one, one, storage[:N].clone(), out_dtype=torch.bfloat16, splitk=1)
+        got = mmaemu.scaled_mm(a, b, one, one, bias, out_dtype=torch.bfloat16, splitk=1, out=out)
+    assert got is out
+    assert_bitwise_equal(out, want)
+
+
 def test_emulate_with_native_fallback_serves_a_1xn_bias() -> None:
     """torch 2.7.1 takes a [1, N] bias (N elements): emulate() serves it instead of falling back."""
     a, b = operands()

@@ -127,3 +127,25 @@ def test_the_docs_list_every_operator_of_the_table() -> None:
     assert "**no other is served**" in section
     assert "| `ao::blockwise_fp8_gemm` | torchao | FP8 GEMM with block-wise scales (1x128 activations x 128x128 weights), " \
            "Triton kernel | with `emulate(kernel=...)` |" in section
+
+
+def test_torchs_grouped_fp8_gemm_is_refused_eager_and_compiled() -> None:
+    """aten._scaled_grouped_mm (mixture-of-experts FP8 GEMMs) ran natively in silence under emulate() on a GPU;
+    it is refused by name, and in code compiled inside a block the compile pass puts a mirror in its place
+    that is refused the same way (torch has no CPU kernel for it: the refusal comes before torch's)."""
+    a = torch.ones(32, 16).to(torch.float8_e4m3fn)
+    b = torch.ones(2, 16, 32).to(torch.float8_e4m3fn)
+    args = (a, b, torch.ones(32), torch.ones(2, 32))
+    kwargs = {"offs": torch.tensor([16, 32], dtype=torch.int32), "out_dtype": torch.bfloat16}
+    from mmaemu import _compile
+
+    mirror = _compile.MIRRORS[torch.ops.aten._scaled_grouped_mm.default]
+    for op in (torch.ops.aten._scaled_grouped_mm.default, mirror):
+        with mmaemu.emulate() as log, pytest.raises(mmaemu.UnsupportedFeatureError, match="grouped FP8 GEMM"):
+            op(*args, **kwargs)
+        assert log.served_calls == 0 and log.native_calls == 0
+    graph = torch.fx.Graph()
+    nodes = [graph.placeholder(f"x{i}") for i in range(4)]
+    graph.output(graph.call_function(torch.ops.aten._scaled_grouped_mm.default, tuple(nodes)))
+    _compile.rewrite(graph)
+    assert [n.target for n in graph.nodes if n.op == "call_function"] == [mirror]

@@ -201,6 +201,8 @@ def test_swizzles_and_contraction_dims_raise_naming_them() -> None:
         mmaemu.scaled_mm_v2(a, b, one, TW, one, TW, contraction_dim=[0, 1])
     with pytest.raises(TypeError, match="scale_recipe_a"):
         mmaemu.scaled_mm_v2(a, b, one, "tensorwise", one, TW)
+    with pytest.raises(ValueError, match="scale_a is an empty list"):  # torch: a ValueError too
+        mmaemu.scaled_mm_v2(a, b, [], [], one, TW)
 
 
 @pytest.mark.parametrize("out", [torch.bfloat16, torch.float16, torch.float32, None])

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from mmaemu.backends import reference
-from mmaemu.platforms.profiles import SplitFamily
+from mmaemu.platforms.profiles import SplitFamily, get_profile
+from mmaemu.platforms.splitk import scheme_for
 from mmaemu.presets import ADA, B200_MMA_SYNC, HOPPER, SM120, CMode, Preset
 from mmaemu.recording.probes import (
     CANDIDATES,
@@ -69,6 +70,16 @@ def test_a_customoption_mapping_no_family_has_fits_none() -> None:
     """Pairwise combination under customOption 0: round-robin dealing, but not mmaemu's mapping."""
     v = analyse(results_for(ADA, [(3, 0, Scheme.PAIRWISE)]), candidates=[Candidate.of(ADA)])
     assert v.split_family is None and not v.fits and "none fits" in v.summary
+
+
+def test_the_probes_and_the_split_decisions_read_one_customoption_rule(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The customOption rule has one home (:class:`SplitFamily`): changed there, the probes' analysis and the
+    split-K decisions follow it together (the old code wrote it twice, in the probes and in splitk)."""
+    outputs = results_for(ADA, [(3, 0, Scheme.PAIRWISE)])
+    monkeypatch.setattr(SplitFamily.ROUND_ROBIN, "custom_schemes", {0: Scheme.PAIRWISE})
+    v = analyse(outputs, candidates=[Candidate.of(ADA)])
+    assert v.fits and v.split_family is SplitFamily.ROUND_ROBIN
+    assert scheme_for(get_profile("ada"), 3, 0) is Scheme.PAIRWISE
 
 
 def test_twelve_fraction_bits_fit_no_shipped_preset() -> None:

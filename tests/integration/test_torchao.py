@@ -194,6 +194,60 @@ def test_the_cpu_users_path_a_model_quantized_elsewhere(gpu_machine: None, monke
     assert_bitwise_equal(y, again)
 
 
+
+def _no_sm89_gpu() -> bool:
+    from torchao.utils import is_sm_at_least_89
+
+    return not is_sm_at_least_89()
+
+
+@pytest.mark.skipif(not _no_sm89_gpu(), reason="an sm_89+ GPU is present: torchao quantizes here itself")
+def test_torchao_refuses_to_quantize_here() -> None:
+    """The premise of torchao_quantize_: on this machine torchao's own quantize_ refuses (its hardware check)."""
+    model = _model(bias=False)
+    with pytest.raises(AssertionError, match="compute capability"):
+        quantize_(model, Float8DynamicActivationFloat8WeightConfig(granularity=PerTensor()))
+
+
+def _weights(model: torch.nn.Module) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
+    """Each Linear's Float8Tensor weight: its FP8 codes and its scales."""
+    return [(name, module.weight.qdata, module.weight.scale) for name, module in model.named_modules()
+            if isinstance(module, torch.nn.Linear)]
+
+
+@pytest.mark.parametrize("granularity", [PerTensor(), PerRow()], ids=["PerTensor", "PerRow"])
+def test_torchao_quantize_on_the_cpu_is_torchaos_own_quantization(granularity: Any,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/models.md's CPU path: mmaemu.quantization.torchao_quantize_ builds, on a machine torchao refuses, the
+    model torchao's quantize_ builds on an sm_89+ GPU machine (stood for by switching its hardware check off):
+    the same Float8Tensor weights, bit for bit (FP8 codes and fp32 scales), the same configuration, and under
+    emulate() the same outputs; torchao's check is back afterwards."""
+    from mmaemu.quantization import torchao_quantize_
+
+    import torchao.quantization.quant_api as quant_api
+
+    check = quant_api._check_hardware_support
+    here = _model(bias=False)
+    torchao_quantize_(here, Float8DynamicActivationFloat8WeightConfig(granularity=granularity))
+    assert quant_api._check_hardware_support is check
+    monkeypatch.setattr(quant_api, "_check_hardware_support", lambda granularity: None)
+    gpu = _quantized(granularity)
+    monkeypatch.undo()
+    assert [type(m.weight).__name__ for m in (here[0], here[2])] == ["Float8Tensor"] * 2
+    for (_, qdata, scale), (_, want_qdata, want_scale) in zip(_weights(here), _weights(gpu), strict=True):
+        assert_bitwise_equal(qdata, want_qdata)
+        assert_bitwise_equal(scale, want_scale)
+    assert repr(here[0].weight.act_quant_kwargs) == repr(gpu[0].weight.act_quant_kwargs)
+    x = _x()
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", mmaemu.UnrecordedKernelWarning)
+        with mmaemu.emulate(profile="hopper") as log:
+            y = here(x)
+        with mmaemu.emulate(profile="hopper"):
+            want = gpu(x)
+    assert log.served_calls == 2 and log.native_calls == 0
+    assert_bitwise_equal(y, want)
+
 def test_loading_needs_torchao_imported_first(tmp_path: Any, gpu_machine: None) -> None:
     """The note in docs/models.md: without ``import torchao``, a weights-only load of the checkpoint is refused."""
     path = tmp_path / "model-fp8.pt"

@@ -128,7 +128,7 @@ def test_every_test_file_lives_in_a_tier_folder() -> None:
 
 #: The pages that explain the internals to maintainers; every other page, the README and the examples
 #: are what a user reads, and a user reaches only public modules.
-MAINTAINER_PAGES = {"docs/architecture.md", "docs/performance.md"}
+MAINTAINER_PAGES = {"docs/architecture.md", "docs/backends.md", "docs/performance.md"}
 INTERNAL = re.compile(r"mmaemu(?:\.\w+)*\._[a-z]\w*|from mmaemu[\w.]* import [^\n]*\b_[a-z]\w*")
 
 

@@ -21,6 +21,9 @@ def test_bench_small_shape(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     row = data["results"][0]
     assert row["shape"] == [16, 32, 512] and row["cpu_s"] > 0 and row["reference_s"] > 0  # M, N, K as given
     assert row["macs"] == 16 * 32 * 512
+    # the command that measured the figures, as docs/performance.md quotes it beside them
+    assert data["command"] == f"python -m mmaemu bench --shape 16x32x512 --repeat 1 --configs --json {out}"
+    assert data["numba"] and data["threads"] >= 1
     assert [c["config"] for c in row["configs"]] == [c.label for c in bench.CONFIGS[1:]]
     printed = capsys.readouterr().out
     assert "reference / cpu" in printed and "not timed" not in printed  # K = 512: every config runs

@@ -8,8 +8,16 @@ import pytest
 import torch
 
 import mmaemu
-from mmaemu.accumulation import combine_parts, flat_combination, flatten_plan, pairwise_steps, plan_accumulation
-from mmaemu.split import Scheme, SplitK
+from mmaemu.accumulation import (
+    combine_parts,
+    empty_part_count,
+    flat_combination,
+    flatten_plan,
+    k_tiles,
+    pairwise_steps,
+    plan_accumulation,
+)
+from mmaemu.split import Combination, Dealing, Scheme, SplitFamily, SplitK
 
 
 def flat(plan: object, part: int) -> list[int]:
@@ -126,3 +134,44 @@ def test_empty_parts_contribute_zero_and_warn_only_without_evidence() -> None:
     with pytest.warns(mmaemu.UnverifiedSplitWarning, match="own no k-tile"):
         acc = mmaemu.accumulate(b, b, use_fast_accum=True, splitk=(3, "contiguous"))
     assert acc.tolist() == [[256.0]]
+
+
+# Each scheme is one split family and one combination order, as the seeds state them (seeds 002):
+# the H100 PCIe's contiguous runs of 128-wide k-tiles added serially; the RTX 4060's 64-wide k-tiles dealt
+# round-robin, added serially or pairwise.
+@pytest.mark.parametrize(("scheme", "dealing", "tile", "combination"), [
+    (Scheme.CONTIGUOUS, Dealing.CONTIGUOUS, 128, Combination.SERIAL),
+    (Scheme.SERIAL, Dealing.ROUND_ROBIN, 64, Combination.SERIAL),
+    (Scheme.PAIRWISE, Dealing.ROUND_ROBIN, 64, Combination.PAIRWISE),
+])
+def test_a_scheme_is_one_family_and_one_combination(scheme: Scheme, dealing: Dealing, tile: int,
+                                                     combination: Combination) -> None:
+    family = scheme.family
+    assert family is not None and (family.dealing, family.tile, scheme.combination) == (dealing, tile, combination)
+    assert scheme in family.schemes and Scheme.NONE.family is None
+    assert SplitFamily(family.value) is family  # the command line's spelling (replay --split-family)
+
+
+def test_the_customoption_rule_of_each_family() -> None:
+    """The H100 PCIe combines every customOption contiguously and serially; the RTX 4060 serially for
+    customOption 0 and 2, pairwise for 1 (seeds 002). Split calls were replayed with customOption
+    0 to 3 on the H100 (none with 4 to 7: seeds 004) and with all three on the RTX 4060 (seeds 002)."""
+    for custom in range(8):
+        assert SplitFamily.CONTIGUOUS.scheme_for(4, custom) is Scheme.CONTIGUOUS
+        assert SplitFamily.ROUND_ROBIN.scheme_for(1, custom) is Scheme.NONE
+    assert [SplitFamily.ROUND_ROBIN.scheme_for(3, c) for c in range(3)] == [Scheme.SERIAL, Scheme.PAIRWISE, Scheme.SERIAL]
+    assert SplitFamily.CONTIGUOUS.replayed_custom == {0, 1, 2, 3}
+    assert SplitFamily.ROUND_ROBIN.replayed_custom == {0, 1, 2}
+
+
+def test_the_plan_reads_the_one_family_object(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tile width and the dealing have one home: a family changed there changes the plan, the tile count
+    and the empty-part count, with no second copy to update (the old code kept the width in constants read
+    by three ternaries)."""
+    monkeypatch.setattr(SplitFamily.ROUND_ROBIN, "tile", 32)
+    plan = plan_accumulation(128, fast=True, split=SplitK(2, Scheme.SERIAL))
+    assert [flat(plan, j)[::32] for j in range(2)] == [[0, 64], [32, 96]]
+    assert k_tiles(128, Scheme.PAIRWISE) == 4 and empty_part_count(32, SplitK(3, Scheme.SERIAL)) == 2
+    monkeypatch.setattr(SplitFamily.CONTIGUOUS, "dealing", Dealing.ROUND_ROBIN)
+    plan = plan_accumulation(512, fast=True, split=SplitK(2, Scheme.CONTIGUOUS))
+    assert [flat(plan, j)[::128] for j in range(2)] == [[0, 256], [128, 384]]

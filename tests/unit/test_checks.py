@@ -164,9 +164,15 @@ ROWWISE_ROWS = [
     Row("rowwise-padded-mat1-ada", lambda: rw(mat1=padded_mat1(), profile="ada"), UF,
         "mat1 with a padded leading dimension: torch 2.7.1's sm_89 launcher passes K"),
     Row("rowwise-mat1-offset-8", lambda: rw(mat1=offset_mat1(8)), UF, "mat1 not 16-byte aligned"),
+    # torch's resize of a wrong-shaped out keeps its storage offset: the kernel still writes from a misaligned pointer
+    Row("rowwise-out-resized-offset-2", lambda: rw(out=torch.empty(9, dtype=torch.bfloat16)[1:]), UF,
+        "out not 16-byte aligned"),
+    Row("rowwise-out-resized-offset-16", lambda: rw(out=torch.empty(12, dtype=torch.bfloat16)[8:]),
+        check=returns_out(32.0), warns=UserWarning),
     Row("rowwise-splitk-2", lambda: rw(splitk=(2, "contiguous")), ValueError, "does not split K here; splitk= describes"),
     Row("rowwise-no-kernel-model", lambda: rw(profile="b200-mma-sync-experimental"), UF,
-        "models it for the H100 \\(sm_90\\) and the RTX 4060 \\(sm_89\\) only"),
+        "models it for the NVIDIA H100 PCIe \\(sm_90\\) and the NVIDIA GeForce RTX 4060 \\(sm_89\\) only, not for "
+        "preset 'b200_mma_sync'; use profile='hopper' or 'ada'"),
     Row("rowwise-m-zero", lambda: rw(mat1=mat(0, 32), scale_a=torch.ones(0, 1), out_dtype=torch.float32),
         check=shape_is(0, 16)),
 ]

@@ -79,6 +79,20 @@ def test_constructor_names_what_is_missing() -> None:
         assert "no CUDA device" in message
 
 
+
+def test_the_recorder_without_a_gpu_raises_record_unavailable(tmp_path: Any) -> None:
+    """docs/limitations.md: ``record`` on a machine without CUDA or cuBLASLt raises RecordUnavailableError (a
+    BackendUnavailableError) before it writes anything."""
+    from mmaemu.errors import RecordUnavailableError
+    from mmaemu.recording.record import record
+
+    if find_library() is not None and HAVE_CUDA:
+        pytest.skip("libcublasLt and a CUDA device are both present: this machine could record")
+    out = tmp_path / "recording"
+    with pytest.raises(RecordUnavailableError) as info:
+        record(out)
+    assert isinstance(info.value, BackendUnavailableError) and not out.exists()
+
 def test_available_says_why_not() -> None:
     usable, reason = available()
     assert isinstance(usable, bool) and isinstance(reason, str) and reason

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import struct
 
+import warnings
+
 import pytest
 import slowmodel
 import torch
@@ -192,6 +194,25 @@ def test_two_steps_equal_scaled_mm_where_the_reference_gpu_splits() -> None:
     assert bool((unsplit.view(torch.int16) != y.view(torch.int16)).any())
     by_default = epilogue(mmaemu.accumulate(a, b, use_fast_accum=True), sa, sb, out_dtype=torch.bfloat16)
     mmaemu.testing.assert_bitwise_equal(by_default, y)
+
+
+def test_accumulate_default_ignores_an_output_the_reference_gpu_cannot_run() -> None:
+    """128 x 128 x 5,760, E4M3 x E4M3 on hopper: scaled_mm splits in two for every output dtype it runs (the
+    table's rows); E4M3 x E4M3 into E5M2 has no cuBLASLt algorithm (ReferenceRejectsError), so it cannot make
+    the split depend on the output dtype: accumulate's default is S = 2, without a warning."""
+    torch.manual_seed(4)
+    a = (torch.randn(128, 5760) * 64).clamp(-448, 448).to(torch.float8_e4m3fn)
+    b = (torch.randn(128, 5760) * 64).clamp(-448, 448).to(torch.float8_e4m3fn)
+    one = torch.tensor(1.0)
+    for out in (torch.float32, torch.bfloat16, torch.float16, torch.float8_e4m3fn):
+        split = mmaemu.explain(a, b.t(), one, one, out_dtype=out, use_fast_accum=True).split
+        assert split is not None and split.parts == 2, (out, split)
+    rejected = mmaemu.explain(a, b.t(), one, one, out_dtype=torch.float8_e5m2, use_fast_accum=True).validation
+    assert rejected[0] == "ReferenceRejectsError", rejected
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", mmaemu.UnverifiedSplitWarning)
+        by_default = mmaemu.accumulate(a, b, use_fast_accum=True)
+    mmaemu.testing.assert_bitwise_equal(by_default, mmaemu.accumulate(a, b, use_fast_accum=True, splitk=split))
 
 
 def test_accumulate_warns_where_its_default_split_is_unknown() -> None:

@@ -15,6 +15,7 @@ import mmaemu
 from mmaemu.errors import InferredSplitWarning
 from mmaemu.formats import Fp8Format, OutFormat
 from mmaemu.platforms import inference
+from mmaemu.platforms.gpus import GPUS
 from mmaemu.platforms.inference import CANDIDATES, SHIPPED, Rule, check_rule
 from mmaemu.platforms.profiles import get_profile
 from mmaemu.platforms.splitk import Problem, SplitSource, resolve_splitk, trace_splitk
@@ -26,6 +27,9 @@ from mmaemu.platforms.table import (
     table_arrays,
 )
 from mmaemu.split import Scheme
+
+#: The tables the rules are bound to: those of the reference GPUs' records.
+H100_TABLE, RTX4060_TABLE = str(GPUS["h100"].table_id), str(GPUS["rtx4060"].table_id)
 
 E4, E5 = Fp8Format.E4M3, Fp8Format.E5M2
 BF16 = OutFormat.BFLOAT16
@@ -84,9 +88,9 @@ def test_the_rules_not_shipped_are_contradicted_or_lack_evidence() -> None:
     (dataclasses.replace(_spec(Rule.H100_K_FLOOR), domain=dataclasses.replace(
         _spec(Rule.H100_K_FLOOR).domain, workspaces=(32 << 20,), k_max=5799), k_floor=5800), "the same at 32 MiB"),
     (dataclasses.replace(_spec(Rule.H100_WORKSPACE), domain=dataclasses.replace(
-        _spec(Rule.H100_WORKSPACE).domain, k_max=1 << 21), table_id=inference.RTX4060_TABLE), "the capacity on the RTX 4060"),
+        _spec(Rule.H100_WORKSPACE).domain, k_max=1 << 21), table_id=RTX4060_TABLE), "the capacity on the RTX 4060"),
     (dataclasses.replace(_spec(Rule.H100_WORKSPACE), pad=16), "M and N padded to 16"),
-    (dataclasses.replace(_spec(Rule.RTX4060_FORMAT_PAIR), table_id=inference.H100_TABLE), "format pairs on the H100"),
+    (dataclasses.replace(_spec(Rule.RTX4060_FORMAT_PAIR), table_id=H100_TABLE), "format pairs on the H100"),
 ])
 def test_a_rule_broken_on_purpose_is_contradicted(broken: inference.RuleSpec, what: str) -> None:
     check = check_rule(broken, SplitTable.load(broken.table_id))
@@ -254,14 +258,14 @@ def _raw_premises(table_id: str, ws_code: int, k_tile: int) -> tuple[int, int, i
 
 
 def test_the_small_k_rule_rests_on_every_h100_row_and_the_rtx4060_breaks_it() -> None:
-    below, rows, split, shrinks, short = _raw_premises(inference.H100_TABLE, 1, 128)
+    below, rows, split, shrinks, short = _raw_premises(H100_TABLE, 1, 128)
     assert (below, shrinks, short) == (0, 0, 0) and rows == 784_504 and split == 10_355
-    check = check_rule(_spec(Rule.H100_SMALL_K), SplitTable.load(inference.H100_TABLE))
+    check = check_rule(_spec(Rule.H100_SMALL_K), SplitTable.load(H100_TABLE))
     assert check.holds and check.example is None and check.rows_checked > 100_000
     assert check.mechanism_rows == split  # every split row of the 1 MiB workspace
-    _, _, split, shrinks, short = _raw_premises(inference.RTX4060_TABLE, 1, 64)
+    _, _, split, shrinks, short = _raw_premises(RTX4060_TABLE, 1, 64)
     assert split > 30_000 and shrinks > 1_000 and short > 1_000
-    rtx = check_rule(_spec(Rule.RTX4060_SMALL_K), SplitTable.load(inference.RTX4060_TABLE))
+    rtx = check_rule(_spec(Rule.RTX4060_SMALL_K), SplitTable.load(RTX4060_TABLE))
     assert not rtx.holds and rtx.contradictions > 10_000 and rtx.mechanism_contradictions > 1_000
 
 
@@ -327,7 +331,7 @@ def test_a_toy_mlp_runs_under_hopper_with_the_inferred_split(tokens: int) -> Non
 def test_a_toy_mlp_under_ada_is_decided_where_recorded_and_refused_clearly_elsewhere(tokens: int) -> None:
     """The RTX 4060 table records K from 16: its rows decide; where neither a row nor the envelope does
     (:data:`ADA_REFUSED`), the call raises and says what to do. No H100 rule reaches the RTX 4060."""
-    table = SplitTable.load(inference.RTX4060_TABLE)
+    table = SplitTable.load(RTX4060_TABLE)
     for n, k in MLP:
         problem = Problem(tokens, n, k, E4, E4, BF16, False)
         recorded = table.lookup(problem.setting(1 << 20).code, tokens, n, k)

@@ -286,3 +286,57 @@ def test_group_write_through_the_users_private_group(home: Path, monkeypatch: py
     os.chmod(above, 0o777)
     with pytest.raises(UntrustedCacheError, match="writable by others"):
         _dir(root, root)
+
+
+def _acl(entries: list[tuple[int, int, int]]) -> bytes:
+    """A POSIX access ACL as Linux stores it (``system.posix_acl_access``: version 2, then tag, permissions, id)."""
+    import struct
+
+    return struct.pack("<I", 2) + b"".join(struct.pack("<HHI", tag, perm, ident) for tag, perm, ident in entries)
+
+
+def _grant_write(path: Path, uid: int) -> None:
+    """An ACL entry giving user ``uid`` read, write and search on ``path``; skips where the file system has none."""
+    anyone = 0xFFFFFFFF  # ACL_UNDEFINED_ID
+    blob = _acl([(0x01, 7, anyone), (0x02, 7, uid), (0x04, 5, anyone), (0x10, 7, anyone), (0x20, 0, anyone)])
+    try:
+        os.setxattr(path, "system.posix_acl_access", blob)
+    except (AttributeError, OSError) as exc:
+        pytest.skip(f"no POSIX ACLs here: {exc}")
+
+
+@pytest.mark.upg
+def test_an_acl_granting_another_user_write_is_not_the_private_groups_write(home: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a POSIX ACL the mode's group bits are the ACL's mask, not the owning group's permissions: a folder
+    whose ACL lets another user write shows g+w even when its group is the user's private group, and is refused
+    all the same (as the cache folder and above it); so is a file whose ACL lets another user write it in a
+    folder whose ACL lets them in."""
+    uid, gid = os.geteuid(), os.stat(home).st_gid
+    _user_database(monkeypatch, [_Pw("ann", uid, gid)], {gid: _Gr("ann", [])})
+    above, root = home / "dot-cache", home / "dot-cache" / "mmaemu"
+    root.mkdir(parents=True)
+    os.chmod(above, 0o755)
+    os.chmod(root, 0o700)
+    _grant_write(root, OTHER_UID)
+    assert _mode(root) & 0o070 == 0o070  # the mask, in the group bits
+    with pytest.raises(UntrustedCacheError, match="writable by its group"):
+        _dir(root, root)
+    os.setxattr(root, "system.posix_acl_access", _acl([(0x01, 7, 0xFFFFFFFF), (0x04, 0, 0xFFFFFFFF),
+                                                         (0x20, 0, 0xFFFFFFFF)]))  # back to 0700
+    _grant_write(above, OTHER_UID)
+    with pytest.raises(UntrustedCacheError, match="writable by its group"):
+        _dir(root, root)
+    os.chmod(above, 0o755)
+    os.removexattr(above, "system.posix_acl_access")
+    assert _dir(root, root) == root.resolve()
+    (root / "x.nbi").write_bytes(b"")
+    os.chmod(root / "x.nbi", 0o664)
+    check_private_entries(root, "MMAEMU_CACHE_DIR")  # a closed folder: nobody else reaches its files
+    blob = _acl([(0x01, 7, 0xFFFFFFFF), (0x02, 5, OTHER_UID), (0x04, 0, 0xFFFFFFFF), (0x10, 5, 0xFFFFFFFF),
+                 (0x20, 0, 0xFFFFFFFF)])
+    os.setxattr(root, "system.posix_acl_access", blob)  # another user may enter (r-x), not write the folder
+    check_private_entries(root, "MMAEMU_CACHE_DIR")  # 0664: the other user is in the "other" class, read only
+    _grant_write(root / "x.nbi", OTHER_UID)  # now they may write the file too
+    with pytest.raises(UntrustedCacheError, match="x.nbi is writable by others"):
+        check_private_entries(root, "MMAEMU_CACHE_DIR")

@@ -117,3 +117,51 @@ def test_explain_says_extrapolated_for_n(capsys: pytest.CaptureFixture[str], mon
     assert main(["explain", "1", str(N_MAX + 16), str(K), "--fast"]) == 0
     out = capsys.readouterr().out
     assert "(not verified, extrapolated)" in out and "N = 1,048,592 is outside the 16 <= N <= 1,048,576" in out
+
+
+# H100 table rows at 32 MiB (hopper-te) whose split the table lists as replayed for the setting, with the
+# customOption of the row: no live split call ran with customOption 4 to 7 (seeds 004), 0 to 3 did.
+@pytest.mark.parametrize(("m", "n", "k", "parts", "custom", "verified"), [
+    (112, 8192, 28672, 2, 4, False),
+    (65, 8192, 28672, 3, 5, False),
+    (48, 64, 5760, 2, 3, True),
+])
+def test_a_customoption_no_split_call_replayed_is_unverified(m: int, n: int, k: int, parts: int, custom: int,
+                                                              verified: bool) -> None:
+    problem = Problem(m, n, k, E4, E4, OutFormat.FLOAT32, False)
+    profile = get_profile("hopper-te")
+    table = SplitTable.load(H100_TABLE)
+    assert table.is_verified(problem.setting(profile.workspace_bytes), parts, Scheme.CONTIGUOUS)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", mmaemu.MmaemuWarning)
+        d = resolve_splitk(profile, problem)
+    assert (d.parts, d.scheme, d.source, d.verified) == (parts, Scheme.CONTIGUOUS, SplitSource.TABLE, verified)
+    assert d.note.endswith(f"(customOption {custom})")
+
+
+def test_the_rtx4060_envelope_beyond_its_tables_k_is_extrapolated() -> None:
+    """The RTX 4060 envelope (S = 1 above twice the setting's largest split M*N) was checked on its table and
+    live queries, whose K stop at 16,384: inside that K it stays verified; above it the decision is the same
+    S = 1 but extrapolated, not verified, and warned (seeds 002: envelope decisions are not validated there)."""
+    import warnings
+
+    import mmaemu
+    from mmaemu.formats import Fp8Format, OutFormat
+    from mmaemu.platforms.profiles import get_profile
+    from mmaemu.platforms.splitk import Problem, SplitSource, resolve_splitk, trace_splitk
+
+    ada = get_profile("ada")
+    for k, extrapolated in ((16384, False), (16400, True), (4194304, True)):
+        problem = Problem(2048, 5760, k, Fp8Format.E4M3, Fp8Format.E4M3, OutFormat.BFLOAT16, True)
+        steps = trace_splitk(ada, problem)
+        if k == 16384 and steps[-1].source is not SplitSource.ENVELOPE:
+            continue  # a table row decides this one
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            decision = resolve_splitk(ada, problem)
+        assert (decision.parts, decision.source) == (1, SplitSource.ENVELOPE)
+        assert (decision.extrapolated, decision.verified) == (extrapolated, not extrapolated), decision
+        warned = [w for w in caught if issubclass(w.category, mmaemu.UnvalidatedEnvelopeWarning)]
+        assert bool(warned) == extrapolated
+        if extrapolated:
+            assert "above the largest K its table records (16,384)" in decision.note

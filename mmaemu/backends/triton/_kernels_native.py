@@ -53,8 +53,9 @@ if triton is not None:
 
         [Note: offsets] The tile's base is 64-bit (``row0 * stride`` may pass 2**31), the offsets inside a
         tile 32-bit (the launcher checks ``BLOCK_M * stride_a < 2**31``): 64-bit offset tensors cost two
-        registers per address, and the previous kernel's spilled on sm_90 with Triton 3.6 (the issue's
-        review; tools/gpu_static.py now reports the registers of both Triton versions).
+        registers per address, and with them this kernel spills on sm_90 with Triton 3.6 (tools/gpu_static.py
+        reports the registers of every launched variant with each Triton version; tests/tools/test_gpu_static.py
+        checks that none spills).
         """
         part, pid_m, pid_n, _, _ = chain_tile(tiles, tiles_n, BLOCK_M, BLOCK_N)
         k_lo = tl.multiple_of(tl.load(bounds_ptr + 2 * part), DOT_K)
