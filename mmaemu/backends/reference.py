@@ -115,26 +115,18 @@ def recompute_infinite(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, pres
     return out
 
 
-def available(device: torch.device) -> tuple[bool, str]:
-    """(usable, reason): torch computes on every device but ``meta`` (whose tensors hold no values)."""
-    if device.type == "meta":
-        return False, "tensors on the 'meta' device hold no values"
-    return True, f"torch {torch.__version__}, on {device.type!r} tensors"
-
-
-def expresses(preset: Preset, dtypes: tuple[torch.dtype, ...] = ()) -> bool:
-    """Every preset, every format (the fp32 accumulators a preset models; see :func:`accumulate`)."""
-    return True
-
-
 class _Reference(Executor):
-    """The reference backend as the dispatcher uses it: this module's functions, looked up at each call."""
+    """The reference backend as the dispatcher uses it."""
 
     def available(self, device: torch.device) -> tuple[bool, str]:
-        return available(device)
+        """(usable, reason): torch computes on every device but ``meta`` (whose tensors hold no values)."""
+        if device.type == "meta":
+            return False, "tensors on the 'meta' device hold no values"
+        return True, f"torch {torch.__version__}, on {device.type!r} tensors"
 
     def expresses(self, preset: Preset, dtypes: tuple[torch.dtype, ...] = ()) -> bool:
-        return expresses(preset, dtypes)
+        """Every preset, every format (the fp32 accumulators a preset models; see :func:`accumulate`)."""
+        return True
 
     def accumulate(self, a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: AccumulationPlan,
                    **options: Any) -> Accumulated:
@@ -149,3 +141,7 @@ class _Reference(Executor):
 #: The reference backend as the dispatcher uses it: every device type, every format.
 EXECUTOR = _Reference(Backend.REFERENCE, (), frozenset((*FP8_DTYPES, *WIDE_DTYPES)),
                       "torch is a dependency of mmaemu: reinstall mmaemu")
+#: (usable, reason): torch computes on every device but ``meta``.
+available = EXECUTOR.available
+#: Every preset, every format.
+expresses = EXECUTOR.expresses
