@@ -16,8 +16,8 @@ in :data:`mmaemu.backends.capabilities.SHIPPED`). The executor says:
 A class that leaves out one of these cannot be instantiated (they are abstract), and a field left out
 fails the constructor: a backend that breaks the contract fails where it is defined, not when called.
 
-The backend computes only what it expresses, and may count Inf codes as zeros (it says so in
-:attr:`Accumulated.inf_zeroed`). The dispatcher (:mod:`mmaemu.backends._dispatch`) alone sends the
+The backend computes only what it expresses, counts NaN codes as zeros, and may count Inf codes as zeros
+(it says so in :attr:`Accumulated.inf_zeroed`). The dispatcher (:mod:`mmaemu.backends._dispatch`) alone sends the
 presets a backend does not express to the reference backend, recomputes the outputs that meet an Inf
 code, and applies the NaN rule; :mod:`mmaemu.backends` alone chooses a backend and asks its self-test.
 """
@@ -160,6 +160,11 @@ class Executor(abc.ABC):
     """One backend as the dispatcher, the capability table and ``backend="auto"`` see it.
 
     A backend subclasses this, implements the four methods, and registers one instance.
+
+    Raises:
+        TypeError: when built, for a field of the wrong kind (``auto`` or a string as the name, device types
+            that are not a tuple of words, formats that are not a non-empty frozenset of operand dtypes, a hint
+            that is not a string), or for a subclass that leaves out one of the four methods.
 
     Attributes:
         backend: its name (:meth:`Backend.named`).
