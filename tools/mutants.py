@@ -359,7 +359,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "    if False:", "the dispatcher keeps a backend's zeros for Inf codes (the IEEE rules lost)", CPU,
            env=PORTABLE),
     Mutant("dispatch-no-delegation", "mmaemu/backends/_dispatch.py",
-           "    if not executor.expresses(preset, (a.dtype, b.dtype)):",
+           "    if not (all(d in executor.formats for d in dtypes) and executor.expresses(preset, dtypes)):",
            "    if False:", "the dispatcher runs a backend's kernels on presets they do not express",
            ("tests/unit/test_differential.py", "tests/unit/test_triton_backend.py", "-k", "differential or delegated")),
     Mutant("cpu-pairwise-pairs-one-by-one", "mmaemu/backends/_cpu_scratch.py",

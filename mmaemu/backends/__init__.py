@@ -1,15 +1,17 @@
 """Backends: interchangeable executors of the same exact model.
 
-Every backend returns exactly the reference model's bits. ``backend="auto"`` picks the fastest
-available backend for the operands' device (:mod:`mmaemu.backends.capabilities`): ``cpu`` (compiled by
-numba, a dependency) for CPU tensors; ``triton`` for CUDA tensors when Triton imports and its self-test
-(run once per device and process) passed there; ``reference`` otherwise. When numba cannot load, or the
-self-test fails on a device, ``auto`` emits one :class:`~mmaemu.errors.BackendFallbackWarning` per device
-saying why. :func:`auto_fallback` says why ``auto`` did not take a faster one.
+Every backend returns exactly the reference model's bits. ``backend="auto"`` picks, for the operands'
+device, the first registered backend that runs there (:func:`mmaemu.backends.capabilities.auto_order`):
+``cpu`` (compiled by numba, a dependency) for CPU tensors; ``triton`` for CUDA tensors when Triton imports
+and its self-test (run once per device and process) passed there; ``reference`` otherwise. When a backend
+a plain install provides cannot load, or a self-test fails on a device, ``auto`` emits one
+:class:`~mmaemu.errors.BackendFallbackWarning` per device saying why. :func:`auto_fallback` says why
+``auto`` did not take a faster one.
 
-Each backend is one module with one :class:`~mmaemu.backends.protocol.Executor` (``available``,
-``expresses``, ``accumulate``); :func:`accumulators` and :func:`run` (:mod:`mmaemu.backends._dispatch`)
-alone send what a backend does not express to the reference backend and apply the Inf and NaN rules.
+Each backend is one module with one :class:`~mmaemu.backends.protocol.Executor`, registered once
+(:func:`register_backend`); this module asks every backend the same questions (available, self-test),
+and :func:`accumulators` and :func:`run` (:mod:`mmaemu.backends._dispatch`) alone send what a backend
+does not express to the reference backend and apply the Inf and NaN rules.
 """
 
 from __future__ import annotations
@@ -23,17 +25,18 @@ from ..errors import BackendFallbackWarning, BackendUnavailableError, warn_calle
 from ..presets import Preset
 from . import _dispatch
 from .capabilities import (
-    AUTO_ORDER,
     CONCRETE,
-    CORE,
     EXECUTORS,
+    FALLBACK,
     Backend,
     Support,
+    auto_order,
     parse_backend,
+    register_backend,
     supports,
+    unregister_backend,
 )
-from .protocol import Accumulated, Executor
-from .triton import _selftest as triton_selftest
+from .protocol import Accumulated, Executor, device_key
 
 __all__ = [
     "Backend",
@@ -49,31 +52,14 @@ __all__ = [
     "Accumulated",
     "Executor",
     "EXECUTORS",
+    "register_backend",
+    "unregister_backend",
 ]
-
-
-def _selftest_failure(backend: Backend, device: torch.device, preset: Preset | None = None) -> str | None:
-    """Why ``backend``'s kernels may not be used on ``device`` (its self-test failed there), or None.
-
-    The Triton kernels run their self-test once per device and process before first use there (CUDA
-    devices, and the CPU under Triton's interpreter): the shipped presets' variants first, then the
-    variant of ``preset`` (a fitted or registered one) on its first use.
-    """
-    if backend is not Backend.TRITON:
-        return None
-    report = triton_selftest.selftest(device)
-    if not report.passed:
-        return f"self-test failed on {report.device}: {report.summary()}"
-    if preset is not None:
-        result = triton_selftest.selftest_kernel(device, preset)
-        if not result.passed:
-            return f"self-test failed on {report.device}: kernel {result.kernel} failed: {result.reason}"
-    return None
 
 
 def resolve_backend(name: str | Backend, device: torch.device, preset: Preset | None = None) -> Backend:
     """The concrete backend for ``name`` on ``device``: ``auto`` takes the first of
-    :data:`~mmaemu.backends.capabilities.AUTO_ORDER` that supports the call (and passed its
+    :func:`~mmaemu.backends.capabilities.auto_order` that supports the call (and passed its
     self-test, for ``preset``'s kernel variant too when given).
 
     Raises:
@@ -82,20 +68,23 @@ def resolve_backend(name: str | Backend, device: torch.device, preset: Preset | 
     chosen = parse_backend(name)
     if chosen is not Backend.AUTO:
         return chosen
-    for candidate in AUTO_ORDER.get(device.type, (Backend.REFERENCE,)):
-        if candidate is Backend.REFERENCE:
-            return candidate
-        support = supports(candidate, None, (), device)
+    news: tuple[Backend, str] | None = None  # the first backend auto passed over that the user should hear of
+    for chosen in auto_order(device.type):
+        if chosen is FALLBACK:
+            break
+        executor = EXECUTORS[chosen]
+        support = supports(chosen, None, (), device)
         if not support:
-            if candidate in CORE:  # installed with mmaemu, so its absence is news
-                _warn_fallback_once(candidate, device, f"is unavailable: {support.reason} (numba is a dependency of "
-                                                       "mmaemu: pip install numba, or reinstall mmaemu)")
+            if executor.install_hint is not None and news is None:  # installed with mmaemu: its absence is news
+                news = (chosen, f"is unavailable: {support.reason} ({executor.install_hint})")
             continue
-        failure = _selftest_failure(candidate, device, preset)
+        failure = executor.selftest_failure(device, preset)
         if failure is None:
-            return candidate
-        _warn_fallback_once(candidate, device, failure)
-    return Backend.REFERENCE
+            break
+        news = news or (chosen, failure)
+    if news is not None:
+        _warn_fallback_once(device, chosen, *news)
+    return chosen
 
 
 def require(backend: Backend, device: torch.device, preset: Preset | None) -> None:
@@ -109,7 +98,7 @@ def require(backend: Backend, device: torch.device, preset: Preset | None) -> No
     support = supports(backend, preset, (), device)
     if not support.usable:
         raise BackendUnavailableError(f"backend {backend.value!r} is unavailable: {support.reason}; {instead}")
-    failure = _selftest_failure(backend, device, preset)
+    failure = EXECUTORS[backend].selftest_failure(device, preset)
     if failure is not None:
         raise BackendUnavailableError(f"backend {backend.value!r} {failure}; {instead}")
 
@@ -117,19 +106,19 @@ def require(backend: Backend, device: torch.device, preset: Preset | None) -> No
 _WARNED: set[str] = set()
 
 
-def _warn_fallback_once(backend: Backend, device: torch.device, reason: str) -> None:
-    key = triton_selftest.device_key(device) if device.type != "cpu" else "cpu"
+def _warn_fallback_once(device: torch.device, chosen: Backend, backend: Backend, reason: str) -> None:
+    key = device_key(device) if device.type != "cpu" else "cpu"
     if key in _WARNED:
         return
     _WARNED.add(key)
-    warn_caller(
-        f"backend='auto' falls back to the reference backend on {key}: backend {backend.value!r} {reason}",
-        BackendFallbackWarning)
+    instead = "the reference backend" if chosen is FALLBACK else f"backend {chosen.value!r}"
+    warn_caller(f"backend='auto' falls back to {instead} on {key}: backend {backend.value!r} {reason}",
+                BackendFallbackWarning)
 
 
 def auto_fallback(device: torch.device) -> str | None:
     """Why ``backend="auto"`` runs the (slow) reference backend on ``device``, or None when it does not."""
-    preferred = [b for b in AUTO_ORDER.get(device.type, ()) if b is not Backend.REFERENCE]
+    preferred = [b for b in auto_order(device.type) if b is not FALLBACK]
     if not preferred:
         return f"no compiled backend for device type {device.type!r}"
     reasons = []
@@ -138,12 +127,11 @@ def auto_fallback(device: torch.device) -> str | None:
         if not support.usable:
             reasons.append(f"backend {candidate.value!r}: {support.reason}")
         else:
-            failure = _selftest_failure(candidate, device)
+            failure = EXECUTORS[candidate].selftest_failure(device)
             if failure is None:
                 return None
             reasons.append(f"backend {candidate.value!r}: {failure}")
     return "; ".join(reasons)
-
 
 
 def _executor(backend: Backend) -> Executor:

@@ -14,8 +14,8 @@ maxima and the count of negative products below the grid (saturating subtraction
 Loads and stores take a one-dimensional array and an element offset (no bounds or wraparound
 checks: the callers' offsets are in range by construction). The FP8 kernel's intrinsics with an
 embedded rounding need AVX-512F (:func:`available`: that kernel runs only there); the rest are plain
-LLVM vector instructions, which the zoo's vector kernel uses on any x86-64 CPU (see [Note:
-portable vectors] below).
+LLVM vector instructions, which the zoo's vector kernel uses on any x86-64 CPU, with its own operations
+(:mod:`mmaemu.backends._cpu_simd_zoo`, [Note: portable vectors]).
 
 [Note: why intrinsics] LLVM's loop vectoriser cannot emit an embedded rounding mode, and with one
 each term's truncation costs no instruction of its own: a loop of 16 independent
@@ -95,18 +95,18 @@ try:  # pragma: no cover - exercised where numba is installed (a dependency)
     from numba.core import cgutils
     from numba.extending import intrinsic, models, register_model
 
-    _HAVE_NUMBA = True
+    HAVE_NUMBA = True
 except Exception:  # noqa: BLE001
-    _HAVE_NUMBA = False
+    HAVE_NUMBA = False
 
-if _HAVE_NUMBA:  # pragma: no cover - compiled code
+if HAVE_NUMBA:  # pragma: no cover - compiled code
     _F32 = ir.FloatType()
-    _I32 = ir.IntType(32)
+    I32 = ir.IntType(32)
     _I8 = ir.IntType(8)
-    _VF = ir.VectorType(_F32, 16)
-    _VI = ir.VectorType(_I32, 16)
-    _VB = ir.VectorType(_I8, 64)
-    _ROUND_TOWARD_ZERO = 11  # _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC
+    VF = ir.VectorType(_F32, 16)
+    VI = ir.VectorType(I32, 16)
+    VB = ir.VectorType(_I8, 64)
+    ROUND_TOWARD_ZERO = 11  # _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC
     _ROUND_UP = 10  # _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC
 
     class _F32x16Type(types.Type):
@@ -123,26 +123,26 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled code
     @register_model(_F32x16Type)
     class _F32x16Model(models.PrimitiveModel):
         def __init__(self, dmm: Any, fe_type: Any) -> None:
-            super().__init__(dmm, fe_type, _VF)
+            super().__init__(dmm, fe_type, VF)
 
     @register_model(_I8x64Type)
     class _I8x64Model(models.PrimitiveModel):
         def __init__(self, dmm: Any, fe_type: Any) -> None:
-            super().__init__(dmm, fe_type, _VB)
+            super().__init__(dmm, fe_type, VB)
 
     def _pointer(context: Any, builder: Any, arrty: Any, arr: Any, off: Any, offty: Any) -> Any:
         ary = context.make_array(arrty)(context, builder, arr)
         return builder.gep(ary.data, [context.cast(builder, off, offty, types.intp)], inbounds=True)
 
-    def _splat(builder: Any, vector_type: Any, x: Any) -> Any:
-        v = builder.insert_element(ir.Constant(vector_type, ir.Undefined), x, ir.Constant(_I32, 0))
-        mask = ir.Constant(ir.VectorType(_I32, vector_type.count), [0] * vector_type.count)
+    def splat(builder: Any, vector_type: Any, x: Any) -> Any:
+        v = builder.insert_element(ir.Constant(vector_type, ir.Undefined), x, ir.Constant(I32, 0))
+        mask = ir.Constant(ir.VectorType(I32, vector_type.count), [0] * vector_type.count)
         return builder.shuffle_vector(v, ir.Constant(vector_type, ir.Undefined), mask)
 
-    def _ints(values: list[int]) -> Any:
-        return ir.Constant(_VI, values)
+    def ints(values: list[int]) -> Any:
+        return ir.Constant(VI, values)
 
-    def _smax(builder: Any, a: Any, b: Any) -> Any:
+    def smax(builder: Any, a: Any, b: Any) -> Any:
         return builder.select(builder.icmp_signed(">", a, b), a, b)
 
     def _vector_load(vector: Any, numba_type: Any, align: int) -> Any:
@@ -156,16 +156,16 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled code
         return vector_load
 
     #: 16 fp32 lanes ``arr[off:off + 16]`` (``arr`` one-dimensional float32).
-    load = _vector_load(_VF, F32X16, 4)
+    load = _vector_load(VF, F32X16, 4)
     #: 64 int8 lanes ``arr[off:off + 64]``.
-    load8 = _vector_load(_VB, I8X64, 1)
+    load8 = _vector_load(VB, I8X64, 1)
 
     @intrinsic
     def store(typingctx: Any, arr: Any, off: Any, v: Any) -> Any:
         """``arr[off:off + 16] = v``."""
         def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
             p = _pointer(context, builder, sig.args[0], args[0], args[1], sig.args[1])
-            builder.store(args[2], builder.bitcast(p, _VF.as_pointer()), align=4)
+            builder.store(args[2], builder.bitcast(p, VF.as_pointer()), align=4)
             return context.get_dummy_value()
         return types.void(arr, off, v), codegen
 
@@ -174,7 +174,7 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled code
         """``arr[off]`` (float32) in all 16 lanes."""
         def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
             p = _pointer(context, builder, sig.args[0], args[0], args[1], sig.args[1])
-            return _splat(builder, _VF, builder.load(p, align=4))
+            return splat(builder, VF, builder.load(p, align=4))
         return F32X16(arr, off), codegen
 
     @intrinsic
@@ -188,9 +188,9 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled code
     def fma_rz(typingctx: Any, a: Any, b: Any, c: Any) -> Any:
         """``a * b + c`` rounded once toward zero (``vfmadd231ps {rz-sae}``)."""
         def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-            fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_VF, [_VF, _VF, _VF, _I32]),
+            fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(VF, [VF, VF, VF, I32]),
                                                 "llvm.x86.avx512.vfmadd.ps.512")
-            return builder.call(fn, [*args, ir.Constant(_I32, _ROUND_TOWARD_ZERO)])
+            return builder.call(fn, [*args, ir.Constant(I32, ROUND_TOWARD_ZERO)])
         return F32X16(F32X16, F32X16, F32X16), codegen
 
     @intrinsic
@@ -199,11 +199,11 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled code
         rounded toward zero is ``g + floor(c)``, and rounded up (``{ru-sae}``) ``g + ceil(c)``; the
         second where ``c < 0``."""
         def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-            fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_VF, [_VF, _VF, _I32]),
+            fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(VF, [VF, VF, I32]),
                                                 "llvm.x86.avx512.add.ps.512")
-            down = builder.call(fn, [*args, ir.Constant(_I32, _ROUND_TOWARD_ZERO)])
-            up = builder.call(fn, [*args, ir.Constant(_I32, _ROUND_UP)])
-            negative = builder.fcmp_ordered("<", args[1], ir.Constant(_VF, [0.0] * 16))
+            down = builder.call(fn, [*args, ir.Constant(I32, ROUND_TOWARD_ZERO)])
+            up = builder.call(fn, [*args, ir.Constant(I32, _ROUND_UP)])
+            negative = builder.fcmp_ordered("<", args[1], ir.Constant(VF, [0.0] * 16))
             return builder.select(negative, up, down)
         return F32X16(F32X16, F32X16), codegen
 
@@ -211,18 +211,18 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled code
     def grid8(typingctx: Any, g0: Any, g1: Any, g2: Any, g3: Any, low: int, high: int) -> Any:
         """The grid exponents ``E - F`` of four offset accumulators (64 lanes, int8), clamped to [low, high]."""
         def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-            lo_v = _splat(builder, _VI, context.cast(builder, args[4], sig.args[4], types.int32))
-            hi_v = _splat(builder, _VI, context.cast(builder, args[5], sig.args[5], types.int32))
+            lo_v = splat(builder, VI, context.cast(builder, args[4], sig.args[4], types.int32))
+            hi_v = splat(builder, VI, context.cast(builder, args[5], sig.args[5], types.int32))
             parts = []
             for x in args[:4]:
-                e = builder.sub(builder.and_(builder.ashr(builder.bitcast(x, _VI), _ints([23] * 16)),
-                                             _ints([255] * 16)), _ints([150] * 16))
-                e = _smax(builder, e, lo_v)
+                e = builder.sub(builder.and_(builder.ashr(builder.bitcast(x, VI), ints([23] * 16)),
+                                             ints([255] * 16)), ints([150] * 16))
+                e = smax(builder, e, lo_v)
                 e = builder.select(builder.icmp_signed("<", e, hi_v), e, hi_v)
                 parts.append(builder.trunc(e, ir.VectorType(_I8, 16)))
-            lo = builder.shuffle_vector(parts[0], parts[1], ir.Constant(ir.VectorType(_I32, 32), list(range(32))))
-            hi = builder.shuffle_vector(parts[2], parts[3], ir.Constant(ir.VectorType(_I32, 32), list(range(32))))
-            return builder.shuffle_vector(lo, hi, ir.Constant(ir.VectorType(_I32, 64), list(range(64))))
+            lo = builder.shuffle_vector(parts[0], parts[1], ir.Constant(ir.VectorType(I32, 32), list(range(32))))
+            hi = builder.shuffle_vector(parts[2], parts[3], ir.Constant(ir.VectorType(I32, 32), list(range(32))))
+            return builder.shuffle_vector(lo, hi, ir.Constant(ir.VectorType(I32, 64), list(range(64))))
         return I8X64(F32X16, F32X16, F32X16, F32X16, low, high), codegen
 
     @intrinsic
@@ -235,7 +235,7 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled code
         """
         def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
             p = _pointer(context, builder, sig.args[2], args[2], args[3], sig.args[3])
-            x = builder.load(builder.bitcast(p, _VB.as_pointer()), align=1)
+            x = builder.load(builder.bitcast(p, VB.as_pointer()), align=1)
             below = builder.icmp_signed("<", x, args[1])
             return builder.select(below, builder.add(args[0], args[4]), args[0])
         return I8X64(I8X64, I8X64, arr, off, I8X64), codegen
@@ -244,7 +244,7 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled code
         @intrinsic
         def saturating(typingctx: Any, a: Any, b: Any) -> Any:
             def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-                fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_VB, [_VB, _VB]), llvm_name)
+                fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(VB, [VB, VB]), llvm_name)
                 return builder.call(fn, [args[0], args[1]])
             return I8X64(I8X64, I8X64), codegen
         return saturating
@@ -264,22 +264,22 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled code
     def mask_bits(typingctx: Any, a: Any, mask: Any) -> Any:
         """The fp32 bit patterns of ``a`` and the int32 ``mask`` (a truncation of the significand)."""
         def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-            bits = builder.and_(builder.bitcast(args[0], _VI), _splat(builder, _VI, args[1]))
-            return builder.bitcast(bits, _VF)
+            bits = builder.and_(builder.bitcast(args[0], VI), splat(builder, VI, args[1]))
+            return builder.bitcast(bits, VF)
         return F32X16(F32X16, types.int32), codegen
 
     @intrinsic
     def splat8(typingctx: Any, x: Any) -> Any:
         """The int8 ``x`` in all 64 lanes."""
         def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-            return _splat(builder, _VB, context.cast(builder, args[0], sig.args[0], types.int8))
+            return splat(builder, VB, context.cast(builder, args[0], sig.args[0], types.int8))
         return I8X64(x), codegen
 
     @intrinsic
     def max8(typingctx: Any, a: Any, b: Any) -> Any:
         """``max(a, b)`` lane by lane (int8)."""
         def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-            return _smax(builder, args[0], args[1])
+            return smax(builder, args[0], args[1])
         return I8X64(I8X64, I8X64), codegen
 
     @intrinsic
@@ -292,6 +292,8 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled code
 
     from numba import njit
 
+    from ._cpu_steps import combine_parts
+
     _address: Any = address  # an intrinsic: numba, not mypy, checks its calls
 
     @njit(inline="always")
@@ -300,6 +302,68 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled code
         buf = np.zeros(n + 16, dtype=np.float32)
         shift = ((-_address(buf)) % 64) // 4
         return buf[shift:shift + n]
+
+    _load8: Any = load8  # intrinsics: numba, not mypy, checks their calls
+    _max8: Any = max8
+
+    @njit(inline="always")
+    def row_maxima(plus_e_a: Any, a_state: Any, eb: np.ndarray, stride: int, e_base: int, a0: int, a1: int, b0: int,
+                   b1: int, start: Any) -> tuple[Any, Any]:
+        """The block maxima of ``e(a) + e(b)`` of two rows over one panel (64 int8 lanes each), from ``start``.
+
+        ``e(b)`` of k is the 64 lanes at ``eb[e_base + k * stride]``; ``plus_e_a(a_state, r, off)`` adds to the
+        lanes ``r`` the row's ``e(a)`` of its element at ``off`` (``a0 + k`` and ``a1 + k``: each kernel's own
+        reading of its row side). Two partial maxima per row (even and odd k) halve the dependency chain.
+        """
+        e0 = start
+        e1 = start
+        f0 = start
+        f1 = start
+        k = b0
+        while k + 2 <= b1:
+            r = _load8(eb, e_base + k * stride)
+            s = _load8(eb, e_base + (k + 1) * stride)
+            e0 = _max8(e0, plus_e_a(a_state, r, a0 + k))
+            e1 = _max8(e1, plus_e_a(a_state, r, a1 + k))
+            f0 = _max8(f0, plus_e_a(a_state, s, a0 + k + 1))
+            f1 = _max8(f1, plus_e_a(a_state, s, a1 + k + 1))
+            k += 2
+        if k < b1:
+            r = _load8(eb, e_base + k * stride)
+            e0 = _max8(e0, plus_e_a(a_state, r, a0 + k))
+            e1 = _max8(e1, plus_e_a(a_state, r, a1 + k))
+        return _max8(e0, f0), _max8(e1, f1)
+
+    @njit(inline="always")
+    def walk_panel(pair_step: Any, state: Any, plan: Any, out: np.ndarray, t: int, n_panels: int, m_tile: int,
+                   n_cols: int, transposed: bool) -> None:
+        """Task ``t`` of a panel kernel: row tiles of ``m_tile`` rows against the ``n_panels`` panels (the panel
+        varying fastest) of ``out`` (or of its transpose, with ``transposed``; ``n_cols``: its columns).
+
+        ``plan`` is ``(m_rows, blk_start, blk_stop, chain_blk, chain_part, n_parts, order, role)``
+        (:func:`mmaemu.backends._cpu_fp8.block_bounds` and the flattened plan). Every chain from ``c = +0``
+        (the tile's rows, :data:`PANEL` lanes each): ``pair_step(state, c, m0, panel, i, i1, b0, b1)`` for each
+        block ``b0:b1`` of the chain and each pair of rows ``i, i1`` of the tile from row ``m0`` (an odd last
+        row is computed twice, same bits: the kernel's own step, which reads and writes ``c``); the chain's
+        result joins its part in fp32 (K order from +0); then the parts are combined in the scheme's order.
+        """
+        m_rows, blk_start, blk_stop, chain_blk, chain_part, n_parts, order, role = plan
+        m0 = (t // n_panels) * m_tile
+        mm = min(m_tile, m_rows - m0)
+        panel = t % n_panels
+        c = aligned_zeros(mm * PANEL)
+        partial = np.zeros((n_parts, mm, PANEL), dtype=np.float32)
+        for ch in range(chain_part.shape[0]):
+            c[:] = 0.0
+            for bi in range(chain_blk[ch], chain_blk[ch + 1]):
+                for i in range(0, mm, 2):
+                    pair_step(state, c, m0, panel, i, min(i + 1, mm - 1), blk_start[bi], blk_stop[bi])
+            p = chain_part[ch]
+            for i in range(mm):
+                for j in range(PANEL):
+                    partial[p, i, j] = partial[p, i, j] + c[i * PANEL + j]  # fp32, K order from +0
+        combine_parts(partial, order, role, out, m0, panel * PANEL, mm, min(PANEL, n_cols - panel * PANEL),
+                      transposed)
 
     def _grid_offset(group: int) -> Any:
         @intrinsic
@@ -313,22 +377,22 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled code
             """
             def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
                 em, cv, fr, below, zero_e = args
-                lanes = ir.Constant(_VI, list(range(16 * group, 16 * group + 16)))
-                e = builder.sext(builder.shuffle_vector(em, ir.Constant(_VB, ir.Undefined), lanes), _VI)
-                below_v = _splat(builder, _VI, context.cast(builder, below, sig.args[3], types.int32))
-                zero_v = _splat(builder, _VI, context.cast(builder, zero_e, sig.args[4], types.int32))
+                lanes = ir.Constant(VI, list(range(16 * group, 16 * group + 16)))
+                e = builder.sext(builder.shuffle_vector(em, ir.Constant(VB, ir.Undefined), lanes), VI)
+                below_v = splat(builder, VI, context.cast(builder, below, sig.args[3], types.int32))
+                zero_v = splat(builder, VI, context.cast(builder, zero_e, sig.args[4], types.int32))
                 e = builder.select(builder.icmp_signed("<", e, below_v), zero_v, e)
-                bits = builder.bitcast(cv, _VI)
-                e_c = builder.sub(builder.and_(builder.ashr(bits, _ints([23] * 16)), _ints([255] * 16)),
-                                  _ints([127] * 16))
-                e_c = _smax(builder, e_c, _ints([-126] * 16))
-                nonzero = builder.icmp_signed("!=", builder.and_(bits, _ints([0x7FFFFFFF] * 16)), _ints([0] * 16))
-                e = builder.select(nonzero, _smax(builder, e, e_c), e)
-                e = builder.select(builder.icmp_signed("<", e, _ints([100] * 16)), e, _ints([100] * 16))
-                bias = builder.sub(ir.Constant(_I32, 150), context.cast(builder, fr, sig.args[2], types.int32))
-                o = builder.or_(builder.shl(builder.add(e, _splat(builder, _VI, bias)), _ints([23] * 16)),
-                                _ints([1 << 22] * 16))
-                return builder.bitcast(o, _VF)
+                bits = builder.bitcast(cv, VI)
+                e_c = builder.sub(builder.and_(builder.ashr(bits, ints([23] * 16)), ints([255] * 16)),
+                                  ints([127] * 16))
+                e_c = smax(builder, e_c, ints([-126] * 16))
+                nonzero = builder.icmp_signed("!=", builder.and_(bits, ints([0x7FFFFFFF] * 16)), ints([0] * 16))
+                e = builder.select(nonzero, smax(builder, e, e_c), e)
+                e = builder.select(builder.icmp_signed("<", e, ints([100] * 16)), e, ints([100] * 16))
+                bias = builder.sub(ir.Constant(I32, 150), context.cast(builder, fr, sig.args[2], types.int32))
+                o = builder.or_(builder.shl(builder.add(e, splat(builder, VI, bias)), ints([23] * 16)),
+                                ints([1 << 22] * 16))
+                return builder.bitcast(o, VF)
             return F32X16(I8X64, F32X16, frac, no_product_below, zero_e), codegen
         return grid_offset
 
@@ -346,186 +410,12 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled code
             (Sterbenz's lemma); an exact zero is +0.
             """
             def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-                lanes = ir.Constant(_VI, list(range(16 * group, 16 * group + 16)))
-                n = builder.sext(builder.shuffle_vector(args[1], ir.Constant(_VB, ir.Undefined), lanes), _VI)
-                bits = builder.add(builder.bitcast(args[0], _VI), n)
-                offset = builder.or_(builder.and_(bits, _ints([0x7F800000] * 16)), _ints([1 << 22] * 16))
-                return builder.fsub(builder.bitcast(bits, _VF), builder.bitcast(offset, _VF))
+                lanes = ir.Constant(VI, list(range(16 * group, 16 * group + 16)))
+                n = builder.sext(builder.shuffle_vector(args[1], ir.Constant(VB, ir.Undefined), lanes), VI)
+                bits = builder.add(builder.bitcast(args[0], VI), n)
+                offset = builder.or_(builder.and_(bits, ints([0x7F800000] * 16)), ints([1 << 22] * 16))
+                return builder.fsub(builder.bitcast(bits, VF), builder.bitcast(offset, VF))
             return F32X16(F32X16, I8X64), codegen
         return end_units
 
     end_units0, end_units1, end_units2, end_units3 = (_end_units(g) for g in range(4))
-
-
-
-if _HAVE_NUMBA:  # pragma: no cover - compiled code
-    # [Note: portable vectors] The zoo kernel's operations below (and the loads, stores and int8
-    # operations above) are plain LLVM vector instructions, which LLVM lowers for the host: one
-    # instruction per vector with AVX-512, two or four with AVX2. Unlike fma_rz and start_rz
-    # (AVX-512's embedded rounding) they need no particular instruction set, so the zoo kernel
-    # (:mod:`mmaemu.backends._cpu_zoo_vector`) runs on every x86-64 CPU numba supports.
-    _F64 = ir.DoubleType()
-    _VD = ir.VectorType(_F64, 16)
-    _VQ = ir.VectorType(ir.IntType(64), 16)
-    _KEEP_24 = ~((1 << 29) - 1)  # a float64's sign, exponent and its 24 leading significand bits
-
-    class _I32x16Type(types.Type):
-        def __init__(self) -> None:
-            super().__init__(name="mmaemu.I32x16")
-
-    I32X16: Any = _I32x16Type()
-
-    @register_model(_I32x16Type)
-    class _I32x16Model(models.PrimitiveModel):
-        def __init__(self, dmm: Any, fe_type: Any) -> None:
-            super().__init__(dmm, fe_type, _VI)
-
-    # [Note: shifted exponents] The zoo kernel holds each lane's E + 127 shifted into fp32's exponent
-    # field, ``(E + 127) << 23`` (``ebs``): c's exponent field is then one AND of c's bits, and the
-    # block's scale ``2**(F - E)`` and unit ``2**(E - F)`` are one integer subtraction each (their
-    # bits ``((F + 254) << 23) - ebs`` and ``ebs - (F << 23)``, modulo 2**32).
-
-    def _i32(context: Any, builder: Any, x: Any, x_type: Any) -> Any:
-        return context.cast(builder, x, x_type, types.int32)
-
-    def _zoo_exponent(group: int) -> Any:
-        @intrinsic
-        def zoo_exponent(typingctx: Any, emax: Any, c: Any, to_biased: Any) -> Any:
-            """``(E + 127) << 23`` of lanes ``16 * group ...`` ([Note: shifted exponents]): the larger of the
-            int8 product maxima ``emax`` plus ``to_biased`` and c's exponent field (0 for zeros and
-            subnormals, 255 for Inf and NaN)."""
-            def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-                lanes = ir.Constant(_VI, list(range(16 * group, 16 * group + 16)))
-                e = builder.sext(builder.shuffle_vector(args[0], ir.Constant(_VB, ir.Undefined), lanes), _VI)
-                e = builder.add(e, _splat(builder, _VI, _i32(context, builder, args[2], sig.args[2])))
-                field = builder.and_(builder.bitcast(args[1], _VI), _ints([255 << 23] * 16))
-                return _smax(builder, builder.shl(e, _ints([23] * 16)), field)
-            return I32X16(I8X64, F32X16, to_biased), codegen
-        return zoo_exponent
-
-    zoo_exponent0, zoo_exponent1, zoo_exponent2, zoo_exponent3 = (_zoo_exponent(g) for g in range(4))
-
-    def _scale(context: Any, builder: Any, ebs: Any, frac: Any, frac_type: Any) -> Any:
-        """``2**(F - E)`` from ``ebs`` (meaningless where E is outside the kernel's range)."""
-        f = builder.add(_i32(context, builder, frac, frac_type), ir.Constant(_I32, 254))
-        return builder.bitcast(builder.sub(_splat(builder, _VI, builder.shl(f, ir.Constant(_I32, 23))), ebs), _VF)
-
-    def _unit(context: Any, builder: Any, ebs: Any, frac: Any, frac_type: Any) -> Any:
-        """``2**(E - F)`` from ``ebs``."""
-        f = builder.shl(_i32(context, builder, frac, frac_type), ir.Constant(_I32, 23))
-        return builder.bitcast(builder.sub(ebs, _splat(builder, _VI, f)), _VF)
-
-    def _special(context: Any, builder: Any, ebs: Any, lo: Any, lo_type: Any) -> Any:
-        """The lanes whose E + 127 is below ``lo`` (E below the kernel's range: no nonzero product, c
-        tiny) or 255 (c infinite): one unsigned comparison of ``ebs - (lo << 23)``."""
-        low = _splat(builder, _VI, builder.shl(_i32(context, builder, lo, lo_type), ir.Constant(_I32, 23)))
-        return builder.icmp_unsigned(">=", builder.sub(ebs, low), builder.sub(_ints([255 << 23] * 16), low))
-
-    def _keep_c(context: Any, builder: Any, ebs: Any, c: Any, r: Any, lo: Any, lo_type: Any) -> Any:
-        """``r``, or ``c + 0`` in the special lanes (:func:`_special`)."""
-        keep = _special(context, builder, ebs, lo, lo_type)
-        return builder.select(keep, builder.fadd(c, ir.Constant(_VF, [0.0] * 16)), r)
-
-    @intrinsic
-    def zoo_scale(typingctx: Any, ebs: Any, frac: Any) -> Any:
-        """``2**(F - E)`` from ``ebs = (E + 127) << 23`` (meaningless where E is outside the kernel's
-        range: those lanes keep c, :func:`zoo_result_wide`)."""
-        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-            return _scale(context, builder, args[0], args[1], sig.args[1])
-        return F32X16(I32X16, frac), codegen
-
-    @intrinsic
-    def zoo_cterm(typingctx: Any, c: Any, s: Any) -> Any:
-        """c's term: ``c * 2**(F - E)`` truncated toward zero to int32 (exact where the lane's E is in range)."""
-        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-            return builder.fptosi(builder.fmul(args[0], args[1]), _VI)
-        return I32X16(F32X16, F32X16), codegen
-
-    @intrinsic
-    def zoo_term(typingctx: Any, acc: Any, a: Any, b: Any, s: Any) -> Any:
-        """``acc + trunc(a * b * 2**(F - E))`` (int32 lanes): the product is exact in fp32, its scaling
-        by a power of two exact, and the conversion truncates toward zero."""
-        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-            p = builder.fmul(builder.fmul(args[1], args[2]), args[3])
-            return builder.add(args[0], builder.fptosi(p, _VI))
-        return I32X16(I32X16, F32X16, F32X16, F32X16), codegen
-
-    @intrinsic
-    def zoo_result_wide(typingctx: Any, acc: Any, ebs: Any, c: Any, frac: Any, lo: Any) -> Any:
-        """The block's fp32 results from ``acc``, the int32 sum of its terms and c's (``ebs = (E + 127) << 23``)
-        taken modulo 2**32, where the terms' sum alone is below 2**31 in magnitude: right whether or
-        not the sum wrapped, and in every lane.
-
-        c's term (:func:`zoo_cterm`, recomputed as the block's set-up computed it) comes off ``acc``
-        modulo 2**32, which leaves the terms' sum exactly; that sum plus c's term, exact in float64
-        (below 2**33), keeps its 24 leading significand bits (a mask: the truncation toward zero to
-        fp32), is converted exactly and scaled by ``2**(E - F)``: exact for E - F >= -126, and a sum of
-        2**128 or more overflows to +-Inf, as in the model. An exact zero is +0. Lanes with E + 127
-        below ``lo`` (E below the kernel's range: no nonzero product, c tiny) or 255 (c infinite)
-        give ``c + 0``.
-        """
-        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-            scale = _scale(context, builder, args[1], args[3], sig.args[3])
-            cterm = builder.fptosi(builder.fmul(args[2], scale), _VI)
-            terms = builder.sub(args[0], cterm)
-            x = builder.fadd(builder.sitofp(terms, _VD), builder.sitofp(cterm, _VD))
-            x = builder.bitcast(builder.and_(builder.bitcast(x, _VQ), ir.Constant(_VQ, [_KEEP_24] * 16)), _VD)
-            r = builder.fmul(builder.fptrunc(x, _VF), _unit(context, builder, args[1], args[3], sig.args[3]))
-            return _keep_c(context, builder, args[1], args[2], r, args[4], sig.args[4])
-        return F32X16(I32X16, I32X16, F32X16, frac, lo), codegen
-
-    def _truncated(builder: Any, acc: Any) -> Any:
-        """``acc`` (int32) truncated toward zero to fp32: ``vcvtdq2ps {rz-sae}`` where the CPU has
-        AVX-512, else a float64 conversion (exact) and a mask of its 24 leading bits."""
-        if available():
-            fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_VF, [_VI, _I32]),
-                                                "llvm.x86.avx512.sitofp.round.v16f32.v16i32")
-            return builder.call(fn, [acc, ir.Constant(_I32, _ROUND_TOWARD_ZERO)])
-        x = builder.sitofp(acc, _VD)
-        x = builder.bitcast(builder.and_(builder.bitcast(x, _VQ), ir.Constant(_VQ, [_KEEP_24] * 16)), _VD)
-        return builder.fptrunc(x, _VF)
-
-    @intrinsic
-    def zoo_result(typingctx: Any, acc: Any, ebs: Any, frac: Any) -> Any:
-        """The block's fp32 results from the int32 sums ``acc`` of its terms and c's (``ebs = (E + 127) << 23``),
-        where that sum did not pass 2**31 in magnitude (:func:`beyond_2_30` says where it may have) and
-        no lane keeps c (:func:`any_special`); elsewhere :func:`zoo_result_wide`.
-
-        ``acc`` truncated toward zero to fp32 (:func:`_truncated`), scaled by ``2**(E - F)`` as in
-        :func:`zoo_result_wide` (a sum of 2**128 or more overflows to +-Inf; an exact zero is +0).
-        """
-        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-            return builder.fmul(_truncated(builder, args[0]), _unit(context, builder, args[1], args[2], sig.args[2]))
-        return F32X16(I32X16, I32X16, frac), codegen
-
-    def _any_lane(builder: Any, mask: Any) -> Any:
-        """Whether any lane of a 16-lane i1 vector is set (its bits as an i16, compared with 0)."""
-        return builder.icmp_unsigned("!=", builder.bitcast(mask, ir.IntType(16)), ir.Constant(ir.IntType(16), 0))
-
-    @intrinsic
-    def any_special(typingctx: Any, e0: Any, e1: Any, e2: Any, e3: Any, e4: Any, e5: Any, e6: Any, e7: Any,
-                    lo: Any) -> Any:
-        """Whether a lane of the eight ``ebs`` vectors has E + 127 below ``lo`` or 255 (the lanes that keep
-        c): the unsigned maximum of ``ebs - (lo << 23)`` over the vectors, compared once."""
-        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-            low = _splat(builder, _VI, builder.shl(_i32(context, builder, args[8], sig.args[8]), ir.Constant(_I32, 23)))
-            d = builder.sub(args[0], low)
-            for e in args[1:8]:
-                x = builder.sub(e, low)
-                d = builder.select(builder.icmp_unsigned(">", x, d), x, d)
-            special = builder.icmp_unsigned(">=", d, builder.sub(_ints([255 << 23] * 16), low))
-            return _any_lane(builder, special)
-        return types.boolean(*([I32X16] * 8), lo), codegen
-
-    @intrinsic
-    def beyond_2_30(typingctx: Any, x0: Any, x1: Any, x2: Any, x3: Any, x4: Any, x5: Any, x6: Any, x7: Any) -> Any:
-        """Whether a lane of the eight int32 vectors lies outside [-2**30, 2**30): each plus 2**30, ORed
-        together, has its sign bit set in some lane (about 2 instructions per vector)."""
-        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-            half = _ints([1 << 30] * 16)
-            acc = builder.add(args[0], half)
-            for x in args[1:]:
-                acc = builder.or_(acc, builder.add(x, half))
-            negative = builder.icmp_signed("<", acc, _ints([0] * 16))
-            return _any_lane(builder, negative)
-        return types.boolean(*([I32X16] * 8)), codegen

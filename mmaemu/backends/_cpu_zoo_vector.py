@@ -21,9 +21,9 @@ past 2**31 where ``B 2**(F + 2) + 2**(F + 1) >= 2**31`` (:func:`may_wrap`: hoppe
 and bf16, B = 16 with F = 25, when nearly all 16 products are of the block's largest exponent and
 one sign). There the int32 addition wraps modulo 2**32. A wrapped sum lies within 2**(F + 1) of
 -2**31 or of 2**31, so a block whose sums all lie in [-2**30, 2**30) (one test per 8 vectors,
-:func:`mmaemu.backends._cpu_simd.beyond_2_30`) did not wrap; otherwise (rare: sums of 8 or more
+:func:`mmaemu.backends._cpu_simd_zoo.beyond_2_30`) did not wrap; otherwise (rare: sums of 8 or more
 maximal terms of one sign) the block takes the float64 end
-(:func:`mmaemu.backends._cpu_simd.zoo_result_wide`): c's term is recomputed and taken off modulo
+(:func:`mmaemu.backends._cpu_simd_zoo.zoo_result_wide`): c's term is recomputed and taken off modulo
 2**32, which leaves the terms' exact sum, and the two are added in float64 (exact: below 2**33)
 before the same truncation.
 
@@ -37,7 +37,7 @@ subnormal, so no second truncation onto fp32's subnormal grid). The block maxima
 exponents plus BIAS (in [-41, 39]), zeros and non-finite values ZERO, added with saturation, so a
 sum with a zero operand (at most -89) never reaches a real sum (at least -82). A lane whose E is
 below -100 (no nonzero product, and c too small for the scales: c is the result) or whose c is
-infinite keeps ``c + 0``; one test per 8 vectors (:func:`mmaemu.backends._cpu_simd.any_special`)
+infinite keeps ``c + 0``; one test per 8 vectors (:func:`mmaemu.backends._cpu_simd_zoo.any_special`)
 sends a block with such a lane to the float64 end, which selects them, and the others skip the
 selection. Rows of A and B with an operand outside the range are recomputed by the float64 kernel
 (:func:`mmaemu.backends._cpu_zoo.accumulate_wide`).
@@ -56,7 +56,7 @@ from typing import Any
 import numpy as np
 
 from ..presets import CMode, Preset, Rounding
-from . import _cpu_simd
+from . import _cpu_simd, _cpu_simd_zoo, _numba_cache
 from ._cpu_simd import PANEL, panels
 
 __all__ = ["BIAS", "EMAX", "EMIN", "PANEL", "ZERO", "expresses", "kernel", "may_wrap", "panel_layout", "panels"]
@@ -87,21 +87,14 @@ def may_wrap(preset: Preset) -> bool:
     return preset.block_size * 2 ** (preset.frac_bits + 2) + 2 ** (preset.frac_bits + 1) >= 2**31
 
 
-try:  # pragma: no cover - exercised where numba is installed (a dependency)
-    from numba import njit, prange
-
-    from . import _numba_cache
-
-    _DISK_CACHE = _numba_cache.disk_cache(__file__)  # the checked per-user cache, never the package; or in memory
-    _HAVE_NUMBA = True
-except Exception:  # noqa: BLE001
-    _HAVE_NUMBA = False
+_HAVE_NUMBA, _DISK_CACHE = _numba_cache.kernel_cache(__file__)  # the checked per-user cache, never the package
 
 
 if _HAVE_NUMBA:  # pragma: no cover - compiled
-    from ._cpu_steps import combine_parts
+    from numba import njit, prange
 
     v: Any = _cpu_simd
+    z: Any = _cpu_simd_zoo  # the zoo's operations (typed Any: numba, not mypy, checks their calls)
 
     @njit(parallel=True, cache=_DISK_CACHE)
     def panel_layout(values: np.ndarray, exponents: np.ndarray, kseq: np.ndarray, out_v: np.ndarray,
@@ -132,29 +125,11 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled
         return (np.int64(v.scalar(ea, off)) & 0xFF) * PANEL
 
     @njit(inline="always")
-    def _row_maxima(eb: np.ndarray, ea: np.ndarray, bc: np.ndarray, a0: int, a1: int, e_base: int, b0: int, b1: int,
-                    start: Any) -> tuple[Any, Any]:
-        """The block maxima of ``e(a) + e(b)`` (biased, saturating) of two rows over one panel; ``e(a)``
-        read as its vector in the broadcast table ``bc``. Two partial maxima per row halve the
-        dependency chain."""
-        e0 = start
-        e1 = start
-        f0 = start
-        f1 = start
-        k = b0
-        while k + 2 <= b1:
-            r = v.load8(eb, e_base + k * PANEL)
-            s = v.load8(eb, e_base + (k + 1) * PANEL)
-            e0 = v.max8(e0, v.add_sat8(r, v.load8(bc, _at(ea, a0 + k))))
-            e1 = v.max8(e1, v.add_sat8(r, v.load8(bc, _at(ea, a1 + k))))
-            f0 = v.max8(f0, v.add_sat8(s, v.load8(bc, _at(ea, a0 + k + 1))))
-            f1 = v.max8(f1, v.add_sat8(s, v.load8(bc, _at(ea, a1 + k + 1))))
-            k += 2
-        if k < b1:
-            r = v.load8(eb, e_base + k * PANEL)
-            e0 = v.max8(e0, v.add_sat8(r, v.load8(bc, _at(ea, a0 + k))))
-            e1 = v.max8(e1, v.add_sat8(r, v.load8(bc, _at(ea, a1 + k))))
-        return v.max8(e0, f0), v.max8(e1, f1)
+    def _plus_e_a(a_state: Any, r: Any, off: int) -> Any:
+        """``r + e(a)`` (biased, saturating) of the row element ``ea[off]``, read as its vector in the broadcast
+        table ``bc`` (:func:`~mmaemu.backends._cpu_simd.row_maxima`'s step)."""
+        ea, bc = a_state
+        return v.add_sat8(r, v.load8(bc, _at(ea, off)))
 
     @njit(inline="always")
     def _store_rows(c: np.ndarray, o0: int, o1: int, r00: Any, r01: Any, r02: Any, r03: Any,
@@ -179,18 +154,18 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled
     def _start_row(c: np.ndarray, o: int, em: Any, frac: int) -> tuple[Any, ...]:
         """One row's block set-up: ``(E + 127) << 23``, the scale ``2**(F - E)`` and the int32 sum's start
         (c's term) of its four vectors."""
-        eb0 = v.zoo_exponent0(em, v.load(c, o), _TO_BIASED)
-        eb1 = v.zoo_exponent1(em, v.load(c, o + 16), _TO_BIASED)
-        eb2 = v.zoo_exponent2(em, v.load(c, o + 32), _TO_BIASED)
-        eb3 = v.zoo_exponent3(em, v.load(c, o + 48), _TO_BIASED)
-        s0 = v.zoo_scale(eb0, frac)
-        s1 = v.zoo_scale(eb1, frac)
-        s2 = v.zoo_scale(eb2, frac)
-        s3 = v.zoo_scale(eb3, frac)
-        x0 = v.zoo_cterm(v.load(c, o), s0)
-        x1 = v.zoo_cterm(v.load(c, o + 16), s1)
-        x2 = v.zoo_cterm(v.load(c, o + 32), s2)
-        x3 = v.zoo_cterm(v.load(c, o + 48), s3)
+        eb0 = z.zoo_exponent0(em, v.load(c, o), _TO_BIASED)
+        eb1 = z.zoo_exponent1(em, v.load(c, o + 16), _TO_BIASED)
+        eb2 = z.zoo_exponent2(em, v.load(c, o + 32), _TO_BIASED)
+        eb3 = z.zoo_exponent3(em, v.load(c, o + 48), _TO_BIASED)
+        s0 = z.zoo_scale(eb0, frac)
+        s1 = z.zoo_scale(eb1, frac)
+        s2 = z.zoo_scale(eb2, frac)
+        s3 = z.zoo_scale(eb3, frac)
+        x0 = z.zoo_cterm(v.load(c, o), s0)
+        x1 = z.zoo_cterm(v.load(c, o + 16), s1)
+        x2 = z.zoo_cterm(v.load(c, o + 32), s2)
+        x3 = z.zoo_cterm(v.load(c, o + 48), s3)
         return eb0, eb1, eb2, eb3, s0, s1, s2, s3, x0, x1, x2, x3
 
     @njit(inline="always")
@@ -201,28 +176,63 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled
         lane that keeps c, and (where ``check``) blocks whose sums may have wrapped ([Note: int32
         wrap]), take the float64 end, which computes both. Both rows' c are read before either is
         written (with an odd row count the last row is both)."""
-        if (check and v.beyond_2_30(x00, x01, x02, x03, x10, x11, x12, x13)) or v.any_special(
+        if (check and z.beyond_2_30(x00, x01, x02, x03, x10, x11, x12, x13)) or z.any_special(
                 eb00, eb01, eb02, eb03, eb10, eb11, eb12, eb13, _LO):
             c00, c01, c02, c03, c10, c11, c12, c13 = _load_rows(c, o0, o1)
             _store_rows(c, o0, o1,
-                        v.zoo_result_wide(x00, eb00, c00, frac, _LO),
-                        v.zoo_result_wide(x01, eb01, c01, frac, _LO),
-                        v.zoo_result_wide(x02, eb02, c02, frac, _LO),
-                        v.zoo_result_wide(x03, eb03, c03, frac, _LO),
-                        v.zoo_result_wide(x10, eb10, c10, frac, _LO),
-                        v.zoo_result_wide(x11, eb11, c11, frac, _LO),
-                        v.zoo_result_wide(x12, eb12, c12, frac, _LO),
-                        v.zoo_result_wide(x13, eb13, c13, frac, _LO))
+                        z.zoo_result_wide(x00, eb00, c00, frac, _LO),
+                        z.zoo_result_wide(x01, eb01, c01, frac, _LO),
+                        z.zoo_result_wide(x02, eb02, c02, frac, _LO),
+                        z.zoo_result_wide(x03, eb03, c03, frac, _LO),
+                        z.zoo_result_wide(x10, eb10, c10, frac, _LO),
+                        z.zoo_result_wide(x11, eb11, c11, frac, _LO),
+                        z.zoo_result_wide(x12, eb12, c12, frac, _LO),
+                        z.zoo_result_wide(x13, eb13, c13, frac, _LO))
             return
-        r00 = v.zoo_result(x00, eb00, frac)
-        r01 = v.zoo_result(x01, eb01, frac)
-        r02 = v.zoo_result(x02, eb02, frac)
-        r03 = v.zoo_result(x03, eb03, frac)
-        r10 = v.zoo_result(x10, eb10, frac)
-        r11 = v.zoo_result(x11, eb11, frac)
-        r12 = v.zoo_result(x12, eb12, frac)
-        r13 = v.zoo_result(x13, eb13, frac)
+        r00 = z.zoo_result(x00, eb00, frac)
+        r01 = z.zoo_result(x01, eb01, frac)
+        r02 = z.zoo_result(x02, eb02, frac)
+        r03 = z.zoo_result(x03, eb03, frac)
+        r10 = z.zoo_result(x10, eb10, frac)
+        r11 = z.zoo_result(x11, eb11, frac)
+        r12 = z.zoo_result(x12, eb12, frac)
+        r13 = z.zoo_result(x13, eb13, frac)
         _store_rows(c, o0, o1, r00, r01, r02, r03, r10, r11, r12, r13)
+
+    @njit(inline="always")
+    def _rows(state: Any, c: np.ndarray, m0: int, panel: int, i: int, i1: int, b0: int, b1: int) -> None:
+        """Rows ``m0 + i`` and ``m0 + i1`` of A against panel ``panel`` over the block ``b0:b1`` (:func:`kernel`'s
+        step; ``c`` holds the task's rows): the block maxima, the set-up, the int32 terms held in registers,
+        the block's results (``c``'s rows become them)."""
+        va_f, ea_f, bc, bv_f, eb_f, k_row, k_all, start, frac, check_wrap = state
+        a0 = (m0 + i) * k_row
+        a1 = (m0 + i1) * k_row
+        e_base = panel * k_all * PANEL
+        e0, e1 = v.row_maxima(_plus_e_a, (ea_f, bc), eb_f, PANEL, e_base, a0, a1, b0, b1, start)
+        o0 = i * PANEL
+        o1 = i1 * PANEL
+        (eb00, eb01, eb02, eb03, s00, s01, s02, s03,
+         x00, x01, x02, x03) = _start_row(c, o0, e0, frac)
+        (eb10, eb11, eb12, eb13, s10, s11, s12, s13,
+         x10, x11, x12, x13) = _start_row(c, o1, e1, frac)
+        for k in range(b0, b1):
+            kb = e_base + k * PANEL
+            y0 = v.load(bv_f, kb)
+            y1 = v.load(bv_f, kb + 16)
+            y2 = v.load(bv_f, kb + 32)
+            y3 = v.load(bv_f, kb + 48)
+            p = v.broadcast(va_f, a0 + k)
+            x00 = z.zoo_term(x00, p, y0, s00)
+            x01 = z.zoo_term(x01, p, y1, s01)
+            x02 = z.zoo_term(x02, p, y2, s02)
+            x03 = z.zoo_term(x03, p, y3, s03)
+            q = v.broadcast(va_f, a1 + k)
+            x10 = z.zoo_term(x10, q, y0, s10)
+            x11 = z.zoo_term(x11, q, y1, s11)
+            x12 = z.zoo_term(x12, q, y2, s12)
+            x13 = z.zoo_term(x13, q, y3, s13)
+        _end_rows(c, o0, o1, frac, check_wrap, eb00, eb01, eb02, eb03, eb10, eb11, eb12, eb13,
+                  x00, x01, x02, x03, x10, x11, x12, x13)
 
     @njit(parallel=True, cache=_DISK_CACHE)
     def kernel(va: np.ndarray, ea: np.ndarray, bc: np.ndarray, bv: np.ndarray, eb: np.ndarray, blk_start: np.ndarray,
@@ -233,57 +243,9 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled
         (:func:`mmaemu.backends._cpu_fp8.block_bounds`). Chain results are added in fp32 from +0 per
         part, and the parts combined in the scheme's order; ``check_wrap``: :func:`may_wrap`."""
         m_rows, k_row = va.shape
-        n_cols = out.shape[1]
         n_panels, k_all = eb.shape[0], eb.shape[1]
-        m_tiles = (m_rows + m_tile - 1) // m_tile
-        va_f = va.reshape(-1)
-        ea_f = ea.reshape(-1)
-        bv_f = bv.reshape(-1)
-        eb_f = eb.reshape(-1)
-        for t in prange(m_tiles * n_panels):
-            m0 = (t // n_panels) * m_tile
-            mm = min(m_tile, m_rows - m0)
-            panel = t % n_panels
-            partial = np.zeros((n_parts, mm, PANEL), dtype=np.float32)
-            c = v.aligned_zeros(mm * PANEL)
-            start = v.splat8(ZERO)
-            e_base = panel * k_all * PANEL
-            for ch in range(chain_part.shape[0]):
-                c[:] = 0.0
-                for bi in range(chain_blk[ch], chain_blk[ch + 1]):
-                    b0 = blk_start[bi]
-                    b1 = blk_stop[bi]
-                    for i in range(0, mm, 2):
-                        i1 = min(i + 1, mm - 1)  # an odd last row is computed twice (same bits)
-                        a0 = (m0 + i) * k_row
-                        a1 = (m0 + i1) * k_row
-                        e0, e1 = _row_maxima(eb_f, ea_f, bc, a0, a1, e_base, b0, b1, start)
-                        o0 = i * PANEL
-                        o1 = i1 * PANEL
-                        (eb00, eb01, eb02, eb03, s00, s01, s02, s03,
-                         x00, x01, x02, x03) = _start_row(c, o0, e0, frac)
-                        (eb10, eb11, eb12, eb13, s10, s11, s12, s13,
-                         x10, x11, x12, x13) = _start_row(c, o1, e1, frac)
-                        for k in range(b0, b1):
-                            kb = e_base + k * PANEL
-                            y0 = v.load(bv_f, kb)
-                            y1 = v.load(bv_f, kb + 16)
-                            y2 = v.load(bv_f, kb + 32)
-                            y3 = v.load(bv_f, kb + 48)
-                            p = v.broadcast(va_f, a0 + k)
-                            x00 = v.zoo_term(x00, p, y0, s00)
-                            x01 = v.zoo_term(x01, p, y1, s01)
-                            x02 = v.zoo_term(x02, p, y2, s02)
-                            x03 = v.zoo_term(x03, p, y3, s03)
-                            q = v.broadcast(va_f, a1 + k)
-                            x10 = v.zoo_term(x10, q, y0, s10)
-                            x11 = v.zoo_term(x11, q, y1, s11)
-                            x12 = v.zoo_term(x12, q, y2, s12)
-                            x13 = v.zoo_term(x13, q, y3, s13)
-                        _end_rows(c, o0, o1, frac, check_wrap, eb00, eb01, eb02, eb03, eb10, eb11, eb12, eb13,
-                                  x00, x01, x02, x03, x10, x11, x12, x13)
-                p_ = chain_part[ch]
-                for i in range(mm):
-                    for j in range(PANEL):
-                        partial[p_, i, j] = partial[p_, i, j] + c[i * PANEL + j]  # fp32, K order from +0
-            combine_parts(partial, order, role, out, m0, panel * PANEL, mm, min(PANEL, n_cols - panel * PANEL))
+        plan = (m_rows, blk_start, blk_stop, chain_blk, chain_part, n_parts, order, role)
+        for t in prange(((m_rows + m_tile - 1) // m_tile) * n_panels):
+            state = (va.reshape(-1), ea.reshape(-1), bc, bv.reshape(-1), eb.reshape(-1), k_row, k_all, v.splat8(ZERO),
+                     frac, check_wrap)
+            v.walk_panel(_rows, state, plan, out, t, n_panels, m_tile, out.shape[1], False)

@@ -4,7 +4,8 @@ A backend computes only what it :attr:`~mmaemu.backends.protocol.Executor.expres
 NaN and Inf codes as zeros (:mod:`mmaemu.backends.protocol`). This module alone adds what makes every
 backend return the model's bits:
 
-1. delegation: a preset (or format) a backend does not express runs on the reference backend whole;
+1. delegation: a format a backend does not decode (:attr:`~mmaemu.backends.protocol.Executor.formats`), or a
+   preset it does not express, runs on the reference backend whole;
 2. the Inf rule: when the backend counted an Inf code as zero, the outputs whose row of ``a`` or of
    ``b`` holds one are recomputed by the reference backend, which implements the IEEE rules of
    :func:`mmaemu.model.block_fma` (Inf results, Inf - Inf and 0 x Inf giving NaN);
@@ -26,8 +27,7 @@ backend's result passes, those that delegate or recompute included, so no kernel
 
 Which backend a call uses, and whether it may (self-test, availability), is :mod:`mmaemu.backends`'s,
 which also takes backend names (:func:`mmaemu.backends.accumulators`, :func:`mmaemu.backends.run`);
-here a backend is its :class:`~mmaemu.backends.protocol.Executor`, so that this module sits below every
-backend (the Triton self-test uses it).
+here a backend is its :class:`~mmaemu.backends.protocol.Executor`, whatever it is.
 """
 
 from __future__ import annotations
@@ -62,7 +62,8 @@ def accumulators(executor: Executor, a: torch.Tensor, b: torch.Tensor, preset: P
         **options: passed to the backend's kernel when it runs (the Triton backend's ``config``,
             ``launch``, ``formulation``); ignored when the call is delegated.
     """
-    if not executor.expresses(preset, (a.dtype, b.dtype)):
+    dtypes = (a.dtype, b.dtype)
+    if not (all(d in executor.formats for d in dtypes) and executor.expresses(preset, dtypes)):
         return reference.accumulate(a, b, preset, plan)
     result = executor.accumulate(a, b, preset, plan, **options)
     if result.inf_zeroed:  # Inf codes were zeros in the kernel: their outputs follow IEEE

@@ -224,6 +224,17 @@ def disk_cache(py_file: str) -> bool:
     return answer
 
 
+def kernel_cache(py_file: str) -> tuple[bool, bool]:
+    """(whether numba imports, :func:`disk_cache`) for the kernel module ``py_file``; (False, False) where numba
+    does not import or its cache cannot be set up: the module then defines no kernel."""
+    try:  # pragma: no cover - exercised where numba is installed (a dependency)
+        import numba  # noqa: F401
+
+        return True, disk_cache(py_file)
+    except Exception:  # noqa: BLE001
+        return False, False
+
+
 #: The kernel modules whose compile this process announced; the listener registered with numba (at most one).
 _announced: set[str] = set()
 _listening: list[Any] = []

@@ -48,7 +48,6 @@ use, caches the machine code on disk (in a folder only this user can write:
 from __future__ import annotations
 
 import math
-import sys
 from typing import Any
 
 import numpy as np
@@ -58,6 +57,7 @@ from ..accumulation import AccumulationPlan, flatten_plan
 from ..errors import BackendUnavailableError
 from ..formats import (
     FP8_DTYPES,
+    WIDE_DTYPES,
     Fp8Format,
     fp8_format_of,
     fp8_inf_rows,
@@ -80,7 +80,7 @@ from .protocol import Accumulated, Backend, Executor
 
 __all__ = ["EXECUTOR", "NAME", "SCRATCH_LIMIT_BYTES", "accumulate", "available", "expresses", "release_scratch"]
 
-NAME = "cpu"
+NAME = Backend.CPU.value
 
 try:  # pragma: no cover - exercised where numba is installed (a dependency)
     import numba
@@ -309,5 +309,26 @@ def _accumulate_avx512(a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: A
     return Accumulated(torch.from_numpy(out), inf_r or bool(inf_c.any()))
 
 
-#: The cpu backend as the dispatcher uses it.
-EXECUTOR = Executor(Backend.CPU, sys.modules[__name__])
+class _Compiled(Executor):
+    """The cpu backend as the dispatcher uses it: this module's functions, looked up at each call."""
+
+    def available(self, device: torch.device) -> tuple[bool, str]:
+        return available(device)
+
+    def expresses(self, preset: Preset, dtypes: tuple[torch.dtype, ...] = ()) -> bool:
+        return expresses(preset, dtypes)
+
+    def accumulate(self, a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: AccumulationPlan,
+                   **options: Any) -> Accumulated:
+        return accumulate(a, b, preset, plan)
+
+    def selftest_failure(self, device: torch.device, preset: Preset | None = None) -> str | None:
+        """None: the kernels are compiled from the same source on every CPU, and the tests compare both of
+        them, on every host they run on, with the reference backend (``python -m mmaemu selftest`` does too
+        where there is no GPU)."""
+        return None
+
+
+#: The cpu backend as the dispatcher uses it: ``auto``'s choice for CPU tensors; FP8 and the zoo formats.
+EXECUTOR = _Compiled(Backend.CPU, ("cpu",), frozenset((*FP8_DTYPES, *WIDE_DTYPES)),
+                     "numba is a dependency of mmaemu: pip install numba, or reinstall mmaemu")

@@ -9,20 +9,20 @@ tensor is formed; each step works on an ``[m_tile, n_tile, block]`` slab of at m
 
 from __future__ import annotations
 
-import sys
+from typing import Any
 
 import torch
 
 from ..accumulation import AccumulationPlan, combine_parts
-from ..formats import fp8_inf_rows
+from ..formats import FP8_DTYPES, WIDE_DTYPES, fp8_inf_rows
 from ..model import Preset, chain
 from .._operands import BlockOperands
 from ..presets import Accumulator, require_accumulator
 from .protocol import Accumulated, Backend, Executor
 
-__all__ = ["EXECUTOR", "NAME", "TILE_ELEMENTS", "accumulate", "accumulated", "available", "expresses", "recompute_infinite"]
+__all__ = ["EXECUTOR", "NAME", "TILE_ELEMENTS", "accumulate", "available", "expresses", "recompute_infinite"]
 
-NAME = "reference"
+NAME = Backend.REFERENCE.value
 #: Upper bound on the elements of one [m_tile, n_tile, block] working slab.
 TILE_ELEMENTS = 1 << 20
 
@@ -115,22 +115,33 @@ def recompute_infinite(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, pres
     return out
 
 
-def available(device: torch.device) -> tuple[bool, str]:
-    """(usable, reason): torch computes on every device but ``meta`` (whose tensors hold no values)."""
-    if device.type == "meta":
-        return False, "tensors on the 'meta' device hold no values"
-    return True, f"torch {torch.__version__}, on {device.type!r} tensors"
+class _Reference(Executor):
+    """The reference backend as the dispatcher uses it."""
+
+    def available(self, device: torch.device) -> tuple[bool, str]:
+        """(usable, reason): torch computes on every device but ``meta`` (whose tensors hold no values)."""
+        if device.type == "meta":
+            return False, "tensors on the 'meta' device hold no values"
+        return True, f"torch {torch.__version__}, on {device.type!r} tensors"
+
+    def expresses(self, preset: Preset, dtypes: tuple[torch.dtype, ...] = ()) -> bool:
+        """Every preset, every format (the fp32 accumulators a preset models; see :func:`accumulate`)."""
+        return True
+
+    def accumulate(self, a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: AccumulationPlan,
+                   **options: Any) -> Accumulated:
+        """:func:`accumulate` (the IEEE rules for Inf codes are this backend's own)."""
+        return Accumulated(accumulate(a, b, preset, plan), False)
+
+    def selftest_failure(self, device: torch.device, preset: Preset | None = None) -> str | None:
+        """None: the model in torch has no kernels of its own to self-test."""
+        return None
 
 
-def expresses(preset: Preset, dtypes: tuple[torch.dtype, ...] = ()) -> bool:
-    """Every preset, every format (the fp32 accumulators a preset models; see :func:`accumulate`)."""
-    return True
-
-
-def accumulated(a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: AccumulationPlan) -> Accumulated:
-    """:func:`accumulate` as the dispatcher takes it (the IEEE rules are this backend's own)."""
-    return Accumulated(accumulate(a, b, preset, plan), False)
-
-
-#: The reference backend as the dispatcher uses it.
-EXECUTOR = Executor(Backend.REFERENCE, sys.modules[__name__], "accumulated")
+#: The reference backend as the dispatcher uses it: every device type, every format.
+EXECUTOR = _Reference(Backend.REFERENCE, (), frozenset((*FP8_DTYPES, *WIDE_DTYPES)),
+                      "torch is a dependency of mmaemu: reinstall mmaemu")
+#: (usable, reason): torch computes on every device but ``meta``.
+available = EXECUTOR.available
+#: Every preset, every format.
+expresses = EXECUTOR.expresses

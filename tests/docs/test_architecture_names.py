@@ -11,6 +11,7 @@ starts with a class (``SplitK.text``) is that class of whichever module of the p
 from __future__ import annotations
 
 import dataclasses
+import enum
 import importlib
 import pkgutil
 import re
@@ -58,6 +59,9 @@ def _attribute(owner: Any, name: str) -> Any:
         return getattr(owner, name)
     if dataclasses.is_dataclass(owner) and name in {f.name for f in dataclasses.fields(owner)}:
         return dataclasses.MISSING  # a field without a class-level default
+    members = list(owner) if isinstance(owner, enum.EnumMeta) else []
+    if members and all(hasattr(member, name) for member in members):
+        return getattr(members[0], name)  # an attribute every member of an enum carries
     raise AttributeError(f"{getattr(owner, '__qualname__', owner)!r} has no {name!r}")
 
 

@@ -59,7 +59,9 @@ def test_the_capability_table() -> None:
     if cpu.available()[0]:
         assert supports("cpu", zoo, (torch.bfloat16,), "cpu").native
     triton_zoo = supports("triton", zoo, (torch.bfloat16,), "cpu")
-    assert not triton_zoo.native and "zoo formats (fp16, bf16, tf32) are delegated" in triton_zoo.reason
+    if triton_zoo.usable:  # under TRITON_INTERPRET=1, with Triton installed
+        assert not triton_zoo.native and "do not decode bf16: such calls are delegated" in triton_zoo.reason
+    assert not triton_zoo.native
     if cpu.available()[0]:
         assert supports("cpu", HOPPER, (), "cpu").native
         delegated = supports("cpu", B200_MMA_SYNC, (), "cpu")  # rounds to nearest: the reference backend runs it

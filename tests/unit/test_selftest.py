@@ -158,10 +158,10 @@ def test_a_registered_presets_kernel_is_selftested_on_first_use(monkeypatch: pyt
     broken = Preset("custom-b8-f10", block_size=8, frac_bits=10)
     monkeypatch.setattr(triton_selftest, "_check_kernel",
                         lambda preset, device: KernelResult(triton_selftest.variant_name(preset, device), False, "x"))
-    assert backends._selftest_failure(Backend.TRITON, torch.device("cpu"), broken) is not None
+    assert backends.EXECUTORS[Backend.TRITON].selftest_failure(torch.device("cpu"), broken) is not None
     with pytest.raises(BackendUnavailableError, match=r"chain_gemm_rz\[B=8,F=10\] tile 64x64/1w failed: x"):
         backends.require(Backend.TRITON, torch.device("cpu"), broken)
-    assert backends._selftest_failure(Backend.TRITON, torch.device("cpu"), custom) is None
+    assert backends.EXECUTORS[Backend.TRITON].selftest_failure(torch.device("cpu"), custom) is None
 
 
 def test_auto_routes_cuda_tensors_to_triton_when_the_selftest_passed(

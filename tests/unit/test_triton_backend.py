@@ -28,7 +28,7 @@ from conftest import FULL  # noqa: E402
 
 import mmaemu  # noqa: E402
 from mmaemu.accumulation import flatten_plan, plan_accumulation  # noqa: E402
-from mmaemu.backends import Backend, accumulators, _dispatch, reference  # noqa: E402
+from mmaemu.backends import EXECUTORS, Backend, accumulators, _dispatch, reference  # noqa: E402
 from mmaemu.backends.triton import backend as triton_backend  # noqa: E402
 from mmaemu.backends.triton import _convert as triton_convert  # noqa: E402
 from mmaemu.backends.triton import _launch as triton_launch  # noqa: E402
@@ -301,7 +301,7 @@ def test_the_sm90_formulation_scans_only_e5m2_operands_for_inf(monkeypatch: pyte
     plan = plan_accumulation(128, fast=True, split=NONE)
     got = triton_native.accumulate_native(a, b_inf, HOPPER, plan, flatten_plan(plan))
     assert got.inf_zeroed  # the kernel counted the Inf as zero: the dispatcher recomputes its outputs
-    assert_bitwise_equal(_dispatch.accumulators(triton_backend.EXECUTOR, a, b_inf, HOPPER, plan),
+    assert_bitwise_equal(_dispatch.accumulators(EXECUTORS[Backend.TRITON], a, b_inf, HOPPER, plan),
                          reference.accumulate(a, b_inf, HOPPER, plan))
 
 

@@ -24,6 +24,7 @@ from ...errors import BackendUnavailableError
 from ...formats import FP8_DTYPES
 from ...model import block_sum_exact_in_fp32
 from ...presets import CMode, Preset, Rounding
+from ..protocol import device_key as device_str  # the key of per-device state, the dispatcher's too
 
 __all__ = [
     "INTERPRETER_CONFIG",
@@ -159,13 +160,6 @@ def available(device: torch.device | None = None) -> tuple[bool, str]:
     if not torch.cuda.is_available():
         return False, f"triton {version}: no CUDA device"
     return True, f"triton {version}"
-
-
-def device_str(device: torch.device) -> str:
-    """``str(device)``, with a bare ``cuda`` resolved to the current CUDA device (the key of per-device state)."""
-    if device.type == "cuda" and device.index is None and torch.cuda.is_available():
-        device = torch.device("cuda", torch.cuda.current_device())
-    return str(device)
 
 
 def on_device(device: torch.device) -> Any:

@@ -40,14 +40,12 @@ tensors, bit for bit (that is how CI tests them). Before first use on a device t
 
 from __future__ import annotations
 
-import sys
-
 import torch
 
 from ...accumulation import AccumulationPlan, flatten_plan
 from ...errors import BackendUnavailableError
 from ...presets import Preset
-from ..protocol import Accumulated, Backend, Executor
+from ..protocol import Accumulated, Backend
 from ._convert import GPU_CONFIG, accumulate_convert
 from ._launch import (
     INTERPRETER_CONFIG,
@@ -96,7 +94,6 @@ __all__ = [
     "Formulation",
     "Launch",
     "TileConfig",
-    "EXECUTOR",
     "accumulate",
     "available",
     "choose_launch",
@@ -111,7 +108,7 @@ __all__ = [
     "rz_expresses",
 ]
 
-NAME = "triton"
+NAME = Backend.TRITON.value
 
 
 def formulation_for(preset: Preset, device: torch.device) -> Formulation:
@@ -229,6 +226,3 @@ def accumulate(
         return accumulate_rz(a, b, preset, plan, flat, launch)
     return accumulate_convert(a, b, preset, plan, flat, config or (INTERPRETER_CONFIG if interpreting() else GPU_CONFIG))
 
-
-#: The Triton backend as the dispatcher uses it.
-EXECUTOR = Executor(Backend.TRITON, sys.modules[__name__])
