@@ -34,7 +34,8 @@ class BlockQuantizer(enum.Enum):
     ``fp8_blockwise_*_quant`` Triton kernels, whose ``x / s`` compiles to ``div.full.f32`` (``MUFU.RCP`` and a
     multiply: up to 2 ulp, not specified bit for bit) and whose ``amax / 448`` ptxas folds into
     ``amax * rn(1/448)`` (54.8 % of fp32 significands round differently from the IEEE quotient;
-    research/blockfp8 compile_quant.py, check_div448.py): not exactly reproducible, refused. Power-of-two
+    the quantizers compiled by Triton for sm_90 and sm_89, the folded constant checked against every significand of a
+    binade): not exactly reproducible, refused. Power-of-two
     (UE8M0) scales go through ``log2f`` / ``torch.log2`` on the GPU, whose last bit is not specified: refused.
     """
 

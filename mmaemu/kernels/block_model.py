@@ -192,7 +192,8 @@ class BlockKernelModel:
 #     (``assert out.dtype == torch.bfloat16``, a6d97a1 jit_kernels/gemm.py 139); E4M3 x E4M3 only (137-138);
 #     host shape rules ``n % 64 == 0 and k % 128 == 0`` (130-145).
 # Not verified: no hardware output of DeepGEMM is recorded; the full kernel's SASS was not compiled (no CUDA
-# toolkit here), only its promotion block, verbatim, in a harness (research/blockfp8 nvrtc_deepgemm_promote.py).
+# toolkit here), only its promotion block, verbatim, in a harness kernel (NVRTC and ptxas of PyPI's
+# nvidia-cuda-nvrtc-cu12 and nvidia-cuda-nvcc-cu12 12.8).
 DEEPGEMM_SM90 = BlockKernelModel(
     name="deepgemm-sm90",
     family=BlockFamily.DEEPGEMM,
@@ -219,8 +220,8 @@ DEEPGEMM_SM90 = BlockKernelModel(
 # 63-109, the operator ``ao::blockwise_fp8_gemm``) share one loop:
 # ``accumulator = tl.zeros(...)``; per k-tile ``accumulator += tl.dot(a, b) * a_s[:, None] * b_s[None, :]``
 # (masked loads ``other=0.0`` for the K tail); ``c = accumulator.to(C.dtype.element_ty)``. Compiled on this
-# CPU with Triton 3.3.1, 3.6.0 and 3.9.0 for sm_90 and sm_89 (research/blockfp8 compiled all three kernels,
-# identical in all; tools/block_fp8_static.py compiles torchao's with 3.6.0 and 3.9.0 and checks the instruction,
+# CPU with Triton 3.3.1, 3.6.0 and 3.9.0 for sm_90 and sm_89 (all three kernels compiled, the same instructions
+# in each; tools/block_fp8_static.py compiles torchao's with 3.6.0 and 3.9.0 and checks the instruction,
 # the chain, the first scale and the fusion below, docs/data/block_fp8_static.json):
 #   - ``tl.dot`` without an accumulator starts from a zero splat: on sm_90 with BLOCK_M >= 64 TTGIR
 #     ``ttng.warp_group_dot ..., %zero, %false {maxNumImpreciseAcc = 1073741824}``, PTX BLOCK_K / 32 chained
