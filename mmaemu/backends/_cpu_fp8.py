@@ -136,6 +136,8 @@ _HAVE_NUMBA, _DISK_CACHE = _numba_cache.kernel_cache(__file__)  # the checked pe
 if _HAVE_NUMBA:  # pragma: no cover - compiled
     from numba import njit, prange
 
+    from ._cpu_steps import combine_parts
+
     v: Any = _cpu_simd  # the vector intrinsics (typed Any: numba, not mypy, checks their calls)
 
     @njit(inline="always")
@@ -292,37 +294,6 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled
         n = v.count_where_below8(n, t, eb, kl + np.int64(w >> 16), v.load8(bc, PANEL))  # bc's vector of 1
         return n, x0, x1, x2, x3
 
-    @njit(inline="always")
-    def _rows(state: Any, c: np.ndarray, m0: int, panel: int, i: int, i1: int, b0: int, b1: int) -> None:
-        """Rows ``m0 + i`` and ``m0 + i1`` of the row side against panel ``panel`` over the block ``b0:b1``
-        (:func:`kernel`'s step; ``c`` holds the task's rows): the block maxima, the set-up, one fused
-        multiply-add per product and lane group and the count of negative products below the grid, the end
-        of the block (``c``'s rows become the block's results)."""
-        ca_f, values, words, e_at, bc, bv_f, eb_f, k_row, k_all, start, zero, frac, keep = state
-        a0 = (m0 + i) * k_row  # + k: the row's code of k
-        a1 = (m0 + i1) * k_row
-        e_base = panel * k_all * 3 * PANEL
-        e0, e1 = v.row_maxima(_plus_e_a, (ca_f, e_at, bc), eb_f, 3 * PANEL, e_base, a0, a1, b0, b1, start)
-        o0 = i * PANEL
-        o1 = i1 * PANEL
-        x00, x01, x02, x03, g0 = _start_row(c, o0, e0, frac)
-        x10, x11, x12, x13, g1 = _start_row(c, o1, e1, frac)
-        n0 = zero
-        n1 = zero
-        for k in range(b0, b1):
-            kb = (panel * k_all + k) * PANEL
-            y0 = v.load(bv_f, kb)
-            y1 = v.load(bv_f, kb + 16)
-            y2 = v.load(bv_f, kb + 32)
-            y3 = v.load(bv_f, kb + 48)
-            kl = e_base + k * 3 * PANEL
-            n0, x00, x01, x02, x03 = _step(ca_f, values, words, bc, eb_f, a0 + k, kl, g0, n0,
-                                           y0, y1, y2, y3, x00, x01, x02, x03)
-            n1, x10, x11, x12, x13 = _step(ca_f, values, words, bc, eb_f, a1 + k, kl, g1, n1,
-                                           y0, y1, y2, y3, x10, x11, x12, x13)
-        _end_row(c, o1, x10, x11, x12, x13, n1, keep)
-        _end_row(c, o0, x00, x01, x02, x03, n0, keep)
-
     @njit(parallel=True, cache=_DISK_CACHE)
     def kernel(ca: np.ndarray, tables: np.ndarray, bc: np.ndarray, bv: np.ndarray, ebp: np.ndarray,
                blk_start: np.ndarray, blk_stop: np.ndarray, chain_blk: np.ndarray, chain_part: np.ndarray,
@@ -335,17 +306,61 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled
         with ``transposed``: the block FMA is symmetric in its two operands, so either matrix may
         take either side.
 
-        One task per (M tile, panel), walked by :func:`mmaemu.backends._cpu_simd.walk_panel`: per chain,
-        per block, per pair of rows, :func:`_rows`; the chain results are added in fp32 (K order from +0)
-        per part, and the parts combined.
+        One task per (M tile, panel); per chain, per block, per pair of rows: the block maxima,
+        the set-up, one fused multiply-add per product and lane group and the count of negative
+        products below the grid, the end of the block; the chain results are added in fp32 (K order
+        from +0) per part, and the parts combined.
         """
         m_rows, k_row = ca.shape
+        n_cols = out.shape[0] if transposed else out.shape[1]
         n_panels, k_all = ebp.shape[0], ebp.shape[1]
+        m_tiles = (m_rows + m_tile - 1) // m_tile
         keep = np.int32(~((1 << (23 - frac)) - 1))  # F fraction bits of an fp32 significand
+        ca_f = ca.reshape(-1)
         values = tables[0].view(np.float32)
-        plan = (m_rows, blk_start, blk_stop, chain_blk, chain_part, n_parts, order, role)
-        for t in prange(((m_rows + m_tile - 1) // m_tile) * n_panels):
-            state = (ca.reshape(-1), values, tables[5], tables[6], bc, bv.reshape(-1), ebp.reshape(-1), k_row, k_all,
-                     v.splat8(ZERO8), v.splat8(0), frac, keep)
-            v.walk_panel(_rows, state, plan, out, t, n_panels, m_tile, out.shape[0] if transposed else out.shape[1],
-                         transposed)
+        words = tables[5]
+        e_at = tables[6]
+        bv_f = bv.reshape(-1)
+        eb_f = ebp.reshape(-1)
+        for t in prange(m_tiles * n_panels):
+            m0 = (t // n_panels) * m_tile
+            mm = min(m_tile, m_rows - m0)
+            panel = t % n_panels
+            partial = np.zeros((n_parts, mm, PANEL), dtype=np.float32)
+            c = v.aligned_zeros(mm * PANEL)
+            start = v.splat8(ZERO8)
+            zero = v.splat8(0)
+            e_base = panel * k_all * 3 * PANEL
+            for ch in range(chain_part.shape[0]):
+                c[:] = 0.0
+                for bi in range(chain_blk[ch], chain_blk[ch + 1]):
+                    b0 = blk_start[bi]
+                    b1 = blk_stop[bi]
+                    a_base = m0 * k_row  # + k: row m0's code of k
+                    for i in range(0, mm, 2):
+                        i1 = min(i + 1, mm - 1)  # an odd last row is computed twice (same bits)
+                        a0 = a_base + i * k_row
+                        a1 = a_base + i1 * k_row
+                        e0, e1 = v.row_maxima(_plus_e_a, (ca_f, e_at, bc), eb_f, 3 * PANEL, e_base, a0, a1, b0, b1, start)
+                        o0 = i * PANEL
+                        o1 = i1 * PANEL
+                        x00, x01, x02, x03, g0 = _start_row(c, o0, e0, frac)
+                        x10, x11, x12, x13, g1 = _start_row(c, o1, e1, frac)
+                        n0 = zero
+                        n1 = zero
+                        for k in range(b0, b1):
+                            kb = (panel * k_all + k) * PANEL
+                            y0 = v.load(bv_f, kb)
+                            y1 = v.load(bv_f, kb + 16)
+                            y2 = v.load(bv_f, kb + 32)
+                            y3 = v.load(bv_f, kb + 48)
+                            kl = e_base + k * 3 * PANEL
+                            n0, x00, x01, x02, x03 = _step(ca_f, values, words, bc, eb_f, a0 + k, kl, g0, n0,
+                                                           y0, y1, y2, y3, x00, x01, x02, x03)
+                            n1, x10, x11, x12, x13 = _step(ca_f, values, words, bc, eb_f, a1 + k, kl, g1, n1,
+                                                           y0, y1, y2, y3, x10, x11, x12, x13)
+                        _end_row(c, o1, x10, x11, x12, x13, n1, keep)
+                        _end_row(c, o0, x00, x01, x02, x03, n0, keep)
+                v.add_chain(partial, chain_part[ch], c, mm)  # fp32, K order from +0
+            combine_parts(partial, order, role, out, m0, panel * PANEL, mm, min(PANEL, n_cols - panel * PANEL),
+                          transposed)

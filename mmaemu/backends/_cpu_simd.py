@@ -358,12 +358,17 @@ if HAVE_NUMBA:  # pragma: no cover - compiled code
             for bi in range(chain_blk[ch], chain_blk[ch + 1]):
                 for i in range(0, mm, 2):
                     pair_step(state, c, m0, panel, i, min(i + 1, mm - 1), blk_start[bi], blk_stop[bi])
-            p = chain_part[ch]
-            for i in range(mm):
-                for j in range(PANEL):
-                    partial[p, i, j] = partial[p, i, j] + c[i * PANEL + j]  # fp32, K order from +0
+            add_chain(partial, chain_part[ch], c, mm)
         combine_parts(partial, order, role, out, m0, panel * PANEL, mm, min(PANEL, n_cols - panel * PANEL),
                       transposed)
+
+    @njit(inline="always")
+    def add_chain(partial: np.ndarray, part: int, c: np.ndarray, mm: int) -> None:
+        """A chain's results (``c``: ``mm`` rows of :data:`PANEL` lanes) added to its part in fp32, K order
+        from +0 (each panel kernel's end of a chain)."""
+        for i in range(mm):
+            for j in range(PANEL):
+                partial[part, i, j] = partial[part, i, j] + c[i * PANEL + j]
 
     def _grid_offset(group: int) -> Any:
         @intrinsic
