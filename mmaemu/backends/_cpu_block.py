@@ -4,8 +4,8 @@ A block-scaled GEMM (:mod:`mmaemu.kernels.block_arith`) runs a fresh tensor-core
 each chain result ``d`` with its k-tile's two fp32 scales. Run as one backend call per k-tile, each call
 re-reads and re-writes the whole ``[M, N]`` output and the combination is a pass of its own: several times
 one GEMM's time. This kernel computes the chains exactly as the AVX-512 FP8 kernel does (its
-per-block step, :func:`mmaemu.backends._cpu_fp8._rows`, the same code) and applies the step to each tile while
-the chain results are in cache:
+:func:`~mmaemu.backends._cpu_fp8.tile_chain`, the same code) and applies the step to each tile while the chain
+results are in cache:
 
 - ``SCALES_FIRST_FMA``: ``s = rn(sa * sb)``, ``acc = fma(s, d, acc)``;
 - ``SCALES_FIRST_SEPARATE``: ``acc = rn(acc + rn(s * d))``;
@@ -65,7 +65,7 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled
     from numba.core import cgutils
     from numba.extending import intrinsic
 
-    from ._cpu_fp8 import PANEL, ZERO8, _rows
+    from ._cpu_fp8 import PANEL, ZERO8, tile_chain
 
     v: Any = _cpu_simd  # the vector intrinsics (typed Any: numba, not mypy, checks their calls)
 
@@ -107,31 +107,33 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled
                      out: np.ndarray, transposed: bool) -> None:
         """fp32 accumulators of a block-scaled GEMM from the row side's codes ``ca [R, K]`` and the panels.
 
-        Chain ``ch`` is the k-tile of blocks ``chain_blk[ch] .. chain_blk[ch + 1]``, computed block by block and
-        row pair by row pair by the FP8 kernel's own step (:func:`mmaemu.backends._cpu_fp8._rows`, from +0); its
-        scales are ``s_rows[r, ch]`` (the row side's) and ``s_cols[c, ch]`` (the panels', ``n_panels * PANEL``
-        rows); ``rows_first``: the row side's scale is the step's first (``sa`` of :class:`Step`). ``out`` is
+        Chain ``ch`` is the k-tile of blocks ``chain_blk[ch] .. chain_blk[ch + 1]``, computed by the FP8 kernel's
+        own chain computation (:func:`mmaemu.backends._cpu_fp8.tile_chain`, from +0); its scales are
+        ``s_rows[r, ch]`` (the row side's) and ``s_cols[c, ch]`` (the panels', ``n_panels * PANEL`` rows); ``rows_first``: the row side's scale is the step's first (``sa`` of :class:`Step`). ``out`` is
         ``[rows, columns]``, or its transpose with ``transposed``.
         """
         m_rows, k_row = ca.shape
         n_cols = out.shape[0] if transposed else out.shape[1]
         n_panels, k_all = ebp.shape[0], ebp.shape[1]
         keep = np.int32(~((1 << (23 - frac)) - 1))
+        ca_f = ca.reshape(-1)
         values = tables[0].view(np.float32)
+        words = tables[5]
+        e_at = tables[6]
+        bv_f = bv.reshape(-1)
+        eb_f = ebp.reshape(-1)
         for t in prange(((m_rows + m_tile - 1) // m_tile) * n_panels):
-            state = (ca.reshape(-1), values, tables[5], tables[6], bc, bv.reshape(-1), ebp.reshape(-1), k_row, k_all,
-                     v.splat8(ZERO8), v.splat8(0), frac, keep)
             m0 = (t // n_panels) * m_tile
             mm = min(m_tile, m_rows - m0)
             panel = t % n_panels
             c0 = panel * PANEL
             acc = np.zeros((mm, PANEL), dtype=np.float32)
             c = v.aligned_zeros(mm * PANEL)
+            start = v.splat8(ZERO8)
+            zero = v.splat8(0)
             for ch in range(chain_blk.shape[0] - 1):
-                c[:] = 0.0
-                for bi in range(chain_blk[ch], chain_blk[ch + 1]):
-                    for i in range(0, mm, 2):
-                        _rows(state, c, m0, panel, i, min(i + 1, mm - 1), blk_start[bi], blk_stop[bi])
+                tile_chain(c, ca_f, values, words, e_at, bc, bv_f, eb_f, blk_start, blk_stop, chain_blk[ch],
+                           chain_blk[ch + 1], m0, mm, k_row, panel, k_all, frac, keep, start, zero)
                 first = store_first and ch == 0
                 for i in range(mm):
                     sr = s_rows[m0 + i, ch]
