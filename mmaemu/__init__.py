@@ -12,6 +12,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from . import model, ops, testing
+from .blockwise import BLOCK_KERNELS, block_scaled_mm
 from .call import accumulate, scaled_mm
 from .epilogue import BiasOrder, epilogue
 from .errors import warn_caller as _warn_caller
@@ -37,7 +38,7 @@ from .errors import (
 )
 from .functional import scaled_mm_v2
 from .intercept import EmulationLog, emulate
-from .plan import CallPlan, explain
+from .plan import BlockCallPlan, CallPlan, explain, explain_block_scaled
 from .platforms.profiles import Profile
 from .platforms.splitk import SplitDecision
 from .presets import Preset
@@ -50,6 +51,10 @@ if TYPE_CHECKING:
 __all__ = [
     "scaled_mm",
     "scaled_mm_v2",
+    "block_scaled_mm",
+    "explain_block_scaled",
+    "BlockCallPlan",
+    "BLOCK_KERNELS",
     "accumulate",
     "epilogue",
     "BiasOrder",

@@ -24,7 +24,7 @@ from .platforms.profiles import get_profile
 from .split import splitk_from_text
 
 __all__ = [
-    "MAX_DIM", "backend", "check_explain_shape", "device", "dim", "existing_dir", "fmt_pair", "minutes", "new_dir",
+    "MAX_DIM", "backend", "block_kernel", "check_explain_shape", "device", "dim", "existing_dir", "fmt_pair", "minutes", "new_dir",
     "output_file", "positive_int", "preset", "profile", "shape", "splitk", "workspace",
 ]
 
@@ -139,6 +139,17 @@ def profile(text: str) -> str:
         get_profile(text, warn=False)
     except (KeyError, ValueError) as exc:
         raise argparse.ArgumentTypeError(str(exc.args[0]) if exc.args else str(exc)) from None
+    return text
+
+
+def block_kernel(text: str) -> str:
+    """A block-scaled kernel model's name (:data:`mmaemu.kernels.block_model.BLOCK_MODELS`; a candidate resolves too)."""
+    from .kernels.block_model import block_model
+
+    try:
+        block_model(text)
+    except (KeyError, ValueError) as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
     return text
 
 

@@ -7,9 +7,11 @@ name (``"mslk::f8f8bf16_rowwise"``) when the call reaches the dispatch mode, so 
 after ``import mmaemu`` (or never installed) is matched all the same.
 
 mmaemu models the cuBLASLt tensor-wise FP8 GEMM that ``torch._scaled_mm`` runs on the reference
-platform and torch's own row-wise CUTLASS kernels (:mod:`mmaemu.kernels`), and nothing else yet: none of these operators is served (``served=False`` for every row).
-Each is refused with :class:`~mmaemu.UnsupportedFeatureError` naming it, or with
-``fallback="native"`` run natively and counted. A call is intercepted only when one of its tensor
+platform, torch's own row-wise CUTLASS kernels (:mod:`mmaemu.kernels`) and the block-scaled kernels
+(:mod:`mmaemu.kernels.block_model`). torchao's ``ao::blockwise_fp8_gemm`` is served (``served=True``) as the
+block-scaled kernel model ``emulate(kernel=...)`` names (:func:`mmaemu.blockwise.serve_foreign`); without
+one it raises, naming what to pass. Every other row is refused with :class:`~mmaemu.UnsupportedFeatureError`
+naming it, or with ``fallback="native"`` run natively and counted. A call is intercepted only when one of its tensor
 arguments is FP8: vLLM's ``cutlass_scaled_mm`` also runs INT8 GEMMs, which are not FP8 GEMMs and run
 unchanged (as ``aten.mm`` does).
 
@@ -59,7 +61,7 @@ class ForeignGemm:
         a: the schema name of the first operand (``""`` where the log cannot name a shape).
         b: the schema name of the second operand.
         layout: the second operand's layout.
-        served: whether mmaemu serves it (no operator is served yet).
+        served: whether mmaemu serves it (with a block-scaled kernel model: :mod:`mmaemu.blockwise`).
     """
 
     name: str
@@ -113,7 +115,7 @@ def _rows() -> list[ForeignGemm]:
         ForeignGemm("aten::_scaled_grouped_mm_v2", _TORCH, grouped),
         ForeignGemm("mmaemu::compiled_scaled_grouped_mm", _TORCH, grouped + " (in compiled code)"),
         ForeignGemm("ao::blockwise_fp8_gemm", _TORCHAO,
-                    _BLOCK + " (1x128 activations x 128x128 weights), Triton kernel", "a", "b", Layout.NK),
+                    _BLOCK + " (1x128 activations x 128x128 weights), Triton kernel", "a", "b", Layout.NK, served=True),
         ForeignGemm("torchao::blockwise_scaled_mm", _TORCHAO, _BLOCK + " (1x128 / 128x128 recipes), Triton kernel",
                     "a", "b", Layout.KN),
         ForeignGemm("torchao::triton_fp8_gemm_1x128_128x128", _TORCHAO, _BLOCK + " (1x128 x 128x128), Triton kernel",

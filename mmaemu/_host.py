@@ -18,7 +18,8 @@ import torch
 
 from .errors import MmaemuError, UnsupportedFeatureError
 
-__all__ = ["check_cpu_subnormals", "cpu_default_device", "env_flag", "refuse_autograd", "user_cache_dir"]
+__all__ = ["check_cpu_subnormals", "cpu_default_device", "env_flag", "refuse_autograd", "require_cpu_subnormals",
+           "user_cache_dir"]
 
 
 def check_cpu_subnormals() -> None:
@@ -40,6 +41,17 @@ def check_cpu_subnormals() -> None:
             "torch.set_flush_denormal(True)); mmaemu's exact arithmetic needs IEEE subnormals: call "
             "torch.set_flush_denormal(False) before mmaemu (and check that no library turned FTZ/DAZ on)"
         )
+
+
+def require_cpu_subnormals(device: torch.device) -> None:
+    """:func:`check_cpu_subnormals` where fp32 arithmetic on ``device`` runs on the CPU (the quantizers).
+
+    Skipped while ``torch.compile`` traces (the probe reads a value; it would break the graph): the compiled
+    :class:`~mmaemu.nn.EmulatedFP8Linear` still refuses, since its ``mmaemu::scaled_mm`` operator probes in the
+    same thread when it runs.
+    """
+    if device.type == "cpu" and not torch.compiler.is_compiling():
+        check_cpu_subnormals()
 
 
 def cpu_default_device() -> contextlib.AbstractContextManager[object]:

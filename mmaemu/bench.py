@@ -18,7 +18,11 @@ seeded generator, bf16 output, scales 1), printed and written in that order:
    the reference backend on :data:`ZOO_CHECK_ROWS` rows first (so one run gives both bars: list
    the zoo's shape last);
 5. with ``--first-call``, the latency of the first cpu-backend call in a fresh process, with an
-   empty numba cache (compilation) and with the on-disk cache of the previous run.
+   empty numba cache (compilation) and with the on-disk cache of the previous run;
+6. with ``--block-scaled [KERNEL]``, the cpu backend's :func:`mmaemu.block_scaled_mm` (the kernel model, default
+   ``deepgemm-sm90``; 1 x 128 and 128 x 128 fp32 scales drawn from a seeded generator) at each shape, its bits
+   checked against the reference backend first (on the rows step 1 checks), timed interleaved with the base
+   configuration's ``mmaemu.scaled_mm`` on the same operands: the ratio of the two, measured in one run.
 
 The figures are ratios measured in one run on one machine; ``--json`` writes them all.
 """
@@ -47,8 +51,8 @@ from .plan import explain
 from .testing import assert_bitwise_equal
 from .version import __version__
 
-__all__ = ["CONFIGS", "Config", "bench_bytes", "cpu_name", "first_call_latency", "main_bench", "median_time", "refusal",
-           "run", "zoo_rows"]
+__all__ = ["CONFIGS", "Config", "bench_bytes", "block_row", "cpu_name", "first_call_latency", "main_bench", "median_time",
+           "refusal", "run", "zoo_rows"]
 
 
 @dataclass(frozen=True)
@@ -223,6 +227,33 @@ def zoo_rows(m: int, n: int, k: int, repeat: int) -> list[dict[str, object]]:
     return rows
 
 
+def block_row(m: int, n: int, k: int, kernel: str, base: Config, repeat: int,
+              rows: torch.Tensor | None) -> dict[str, object]:
+    """The cpu backend's block-scaled GEMM as ``kernel`` against ``scaled_mm`` of ``base`` on the same operands."""
+    import warnings
+
+    from .blockwise import block_scaled_mm
+    from .errors import UnrecordedKernelWarning
+
+    x, w = _operands(m, n, k, replace(base, fmt_a=torch.float8_e4m3fn, fmt_b=torch.float8_e4m3fn))
+    gen = torch.Generator().manual_seed(1)
+    sa = torch.rand(m, -(-k // 128), generator=gen) * 2.0**-6 + 2.0**-8
+    sw = torch.rand(-(-n // 128), -(-k // 128), generator=gen) * 2.0**-6 + 2.0**-8
+    block = partial(block_scaled_mm, x, sa, w, sw, kernel=kernel, backend="cpu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnrecordedKernelWarning)
+        got, xr = block(), x if rows is None else x[rows]
+        want = block_scaled_mm(xr, sa if rows is None else sa[rows], w, sw, kernel=kernel, backend="reference")
+        assert_bitwise_equal(got if rows is None else got[rows], want)
+        timed = interleaved_times({"block": block, "scaled_mm": partial(_caller(x, w, base), "cpu")}, repeat)
+    (t, t_process), (t_base, t_base_process) = timed["block"], timed["scaled_mm"]
+    print(f"  cpu, block-scaled as {kernel} (1x128 x 128x128 fp32 scales) {t * 1e3:8.1f} ms = {t / t_base:.2f}x "
+          f"mmaemu.scaled_mm ({base.label}) in this run (wall; {t_process / t_base_process:.2f}x CPU time)")
+    return {"kernel": kernel, "cpu_s": t, "scaled_mm_cpu_s": t_base, "over_scaled_mm": t / t_base,
+            "cpu_process_s": t_process, "scaled_mm_cpu_process_s": t_base_process,
+            "over_scaled_mm_process": t_process / t_base_process}
+
+
 def cpu_name() -> str:
     """The CPU's model name (``/proc/cpuinfo``; ``platform.processor()`` elsewhere)."""
     import platform
@@ -344,7 +375,8 @@ def _shape_row(m: int, n: int, k: int, base: Config, repeat: int,
 
 
 def run(shapes: list[tuple[int, int, int]], *, repeat: int, configs: bool, first_call: bool,
-        json_path: str | None, profile: str = "hopper", zoo: bool = False, native: bool = True) -> dict[str, object]:
+        json_path: str | None, profile: str = "hopper", zoo: bool = False, native: bool = True,
+        block_kernel: str | None = None) -> dict[str, object]:
     """Run the benchmark on ``shapes`` (each ``(M, N, K)``), print its table, and return (and optionally
     write) the figures (each row's ``shape`` is ``[M, N, K]``)."""
     base = replace(CONFIGS[0], label=CONFIGS[0].label.replace("hopper", profile, 1), profile=profile)
@@ -362,6 +394,9 @@ def run(shapes: list[tuple[int, int, int]], *, repeat: int, configs: bool, first
         _print_row(row, base.label, rows)
         if configs:
             row["configs"] = _config_rows(m, n, k, rows, repeat, float(row["cpu_s"]))  # type: ignore[arg-type]
+        if block_kernel is not None:
+            _progress(f"M, N, K = {m}, {n}, {k}: the block-scaled GEMM as {block_kernel}")
+            row["block_scaled"] = block_row(m, n, k, block_kernel, base, repeat, rows)
         if zoo and (m, n, k) == tuple(shapes[-1]):
             row["zoo"] = zoo_rows(m, n, k, repeat)
         results.append(row)
@@ -396,7 +431,7 @@ def command_line(shapes: list[tuple[int, int, int]], *, repeat: int, configs: bo
 
 def main_bench(shapes: list[tuple[int, int, int]], *, repeat: int, configs: bool, first_call: bool,
                json_path: str | None, profile: str = "hopper", stream: TextIO | None = None,
-               zoo: bool = False, native: bool = True) -> int:
+               zoo: bool = False, native: bool = True, block_kernel: str | None = None) -> int:
     """The ``bench`` command on ``shapes`` (each ``(M, N, K)``): 0 when everything was timed; 1 when bits differ (nothing more is timed);
     2 when the benchmark cannot run here (no cpu backend, a refused base call, an unwritable ``--json``).
 
@@ -418,7 +453,7 @@ def main_bench(shapes: list[tuple[int, int, int]], *, repeat: int, configs: bool
             return 2
     try:
         report = run(shapes, repeat=repeat, configs=configs, first_call=first_call, json_path=None, profile=profile,
-                     zoo=zoo, native=native)
+                     zoo=zoo, native=native, block_kernel=block_kernel)
     except AssertionError as exc:
         err.write(f"mmaemu bench: the cpu backend's bits differ from the reference backend's; nothing more was "
                   f"timed:\n{exc}\n")

@@ -159,7 +159,8 @@ def _bench(args: argparse.Namespace) -> int:
     profile = args.profile
     shapes = args.shape or [(64, 5760, 1920)]
     return bench.main_bench(shapes, repeat=args.repeat, configs=args.configs, first_call=args.first_call,
-                            json_path=args.json, profile=profile, zoo=args.zoo, native=not args.no_native)
+                            json_path=args.json, profile=profile, zoo=args.zoo, native=not args.no_native,
+                            block_kernel=args.block_scaled)
 
 
 def _selftest(args: argparse.Namespace) -> int:
@@ -264,6 +265,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--no-native", action="store_true",
                        help="do not time torch's native CPU _scaled_mm (seconds per call on some CPUs); the fp32 matmul "
                             "comparator is always timed")
+    bench.add_argument("--block-scaled", nargs="?", const="deepgemm-sm90", default=None, type=options.block_kernel,
+                       metavar="KERNEL", help="also time block_scaled_mm as KERNEL (default deepgemm-sm90) against "
+                                              "scaled_mm on the same shape")
     bench.add_argument("--json", default=None, type=options.output_file, help="write the figures to this file")
     bench.set_defaults(run=_bench)
     info = sub.add_parser("info", help="versions, device, matching profiles and backend status")

@@ -6,11 +6,12 @@ the same cuBLASLt call as ``torch._scaled_mm`` with one-element scales, and with
 both operands the same call with ``[M, 1]`` and ``[1, N]`` scales (torch 2.7.1's CUTLASS row-wise
 kernel: :mod:`mmaemu.kernels`, experimental, warned), so :func:`scaled_mm_v2` checks the arguments as
 torch 2.13 checks that API, then returns :func:`mmaemu.scaled_mm`'s bits for the equivalent call (whose
-torch 2.7.1 checks also apply). torch's checks come first, "not modelled" after: the operands as
+torch 2.7.1 checks also apply). BlockWise1x128 x BlockWise128x128 (DeepSeek-V3's recipe) is computed as a
+named block-scaled kernel model when ``kernel=`` names one ([Note: the block-wise recipe]). torch's checks come first, "not modelled" after: the operands as
 ``_check_scaled_mm_sizes_v2`` (``torch/_meta_registrations.py``) checks them on its CUDA path; the
 recipe pair and scales as the CUDA kernel does (:func:`_check_recipes`). A pair torch accepts but mmaemu
-does not model (the block-wise and MX recipes, NVFP4), a swizzle and a non-default ``contraction_dim``
-raise :class:`~mmaemu.errors.UnsupportedFeatureError` naming it. ``scaled_mm_v2`` takes no
+does not model (the other block-wise recipes, MX, NVFP4; BlockWise1x128 x BlockWise128x128 without ``kernel=``),
+a swizzle and a non-default ``contraction_dim`` raise :class:`~mmaemu.errors.UnsupportedFeatureError` naming it. ``scaled_mm_v2`` takes no
 ``scale_result``: the API has none.
 
 Recipes and swizzles are accepted as torch's enums (``torch.nn.functional.ScalingType``) or their
@@ -25,9 +26,16 @@ from typing import Any
 import torch
 
 from . import call
+from .blockwise import block_scaled_mm, resolve_kernel
 from .backends import Backend
 from .checks import scalar_type_name
-from .errors import ReferenceRejectsError, ReferenceRejectsValueError, UnsupportedFeatureError
+from .errors import (
+    ReferenceRejectsError,
+    ReferenceRejectsValueError,
+    UnrecordedKernelWarning,
+    UnsupportedFeatureError,
+    warn_caller,
+)
 from .platforms.profiles import Profile
 from .split import SplitKSpec
 
@@ -224,24 +232,11 @@ def _check_recipes(mat_a: torch.Tensor, mat_b: torch.Tensor, scales_a: list[torc
     return chosen
 
 
-def v1_arguments(mat_a: torch.Tensor, mat_b: torch.Tensor, scale_a: Any, scale_recipe_a: Any, scale_b: Any,
-                 scale_recipe_b: Any, swizzle_a: Any = None, swizzle_b: Any = None,
-                 contraction_dim: Sequence[int] = ()) -> tuple[torch.Tensor, torch.Tensor]:
-    """The one-element scales of the ``torch._scaled_mm`` call a ``_scaled_mm_v2`` call is.
-
-    Checks in torch 2.13's order: the operands (:func:`_check_layout`), then the recipe pair and its
-    scales (:func:`_check_recipes`); then what mmaemu does not model. Modifies nothing. Row-wise scales
-    become ``scale_a`` as given (``[M, 1]``) and ``scale_b`` as ``[1, N]`` (a view of its N elements).
-
-    Raises:
-        ReferenceRejectsError: what torch 2.13 raises as a ``RuntimeError``, with its message;
-            :class:`~mmaemu.errors.ReferenceRejectsValueError` (also a ``ValueError``) for its ``ValueError``s.
-        UnsupportedFeatureError: a recipe pair torch accepts other than tensor-wise or row-wise on both operands,
-            a swizzle, or a ``contraction_dim`` other than ``()`` or ``(1, 0)``, naming it.
-        IndexError: torch's own, where its row-wise check reads a dimension a scale lacks.
-        TypeError: recipes, swizzles or scales of the wrong type.
-        ValueError: an empty list of scales.
-    """
+def _parsed(mat_a: torch.Tensor, mat_b: torch.Tensor, scale_a: Any, scale_recipe_a: Any, scale_b: Any,
+            scale_recipe_b: Any, swizzle_a: Any, swizzle_b: Any, contraction_dim: Sequence[int],
+            ) -> tuple[str, list[int], list[int], list[torch.Tensor], list[torch.Tensor]]:
+    """torch 2.13's checks in its order (the operands, then the recipe pair and its scales), then the swizzles and
+    ``contraction_dim`` mmaemu does not model: ``(kernel table name, recipe_a, recipe_b, scales_a, scales_b)``."""
     for name, t in (("mat_a", mat_a), ("mat_b", mat_b)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a tensor, got {type(t).__name__}")
@@ -250,24 +245,96 @@ def v1_arguments(mat_a: torch.Tensor, mat_b: torch.Tensor, scale_a: Any, scale_r
     scales_a, scales_b = _scales(scale_a, "scale_a"), _scales(scale_b, "scale_b")
     _check_layout(mat_a, mat_b)
     chosen = _check_recipes(mat_a, mat_b, scales_a, recipe_a, scales_b, recipe_b)
-    rowwise = chosen == "rowwise_rowwise"
-    if not rowwise and (recipe_a != [_TENSOR_WISE] or recipe_b != [_TENSOR_WISE]):
-        raise UnsupportedFeatureError(
-            f"scaling recipes {_recipe_name(recipe_a)} (mat_a) and {_recipe_name(recipe_b)} (mat_b) are not modelled: "
-            "mmaemu serves torch.nn.functional.scaled_mm with ScalingType.TensorWise or ScalingType.RowWise on both "
-            "operands (the block-wise recipes BlockWise1x128 and BlockWise128x128, the MX recipe BlockWise1x32 and the "
-            "NVFP4 recipes BlockWise1x16 are not modelled)"
-        )
-    for name, codes in (("swizzle_a", swz_a), ("swizzle_b", swz_b)):
-        if any(c != _NO_SWIZZLE for c in codes):
-            raise UnsupportedFeatureError(f"{name}={' + '.join(SWIZZLES[c] for c in codes)} is not modelled: tensor-wise "
-                                          "and row-wise scales take no swizzle (pass None or SwizzleType.NO_SWIZZLE)")
-    if tuple(contraction_dim) not in ((), (1, 0)):
-        raise UnsupportedFeatureError(f"contraction_dim={list(contraction_dim)} is not modelled: mmaemu serves the "
-                                      "default contraction (mat_a's dimension 1 with mat_b's dimension 0)")
-    if rowwise:
+    served = chosen in ("tensorwise_tensorwise", "rowwise_rowwise", "block_1x128_128x128")
+    if served:
+        for name, codes in (("swizzle_a", swz_a), ("swizzle_b", swz_b)):
+            if any(c != _NO_SWIZZLE for c in codes):
+                raise UnsupportedFeatureError(f"{name}={' + '.join(SWIZZLES[c] for c in codes)} is not modelled: "
+                                              "these recipes take no swizzle (pass None or SwizzleType.NO_SWIZZLE)")
+        if tuple(contraction_dim) not in ((), (1, 0)):
+            raise UnsupportedFeatureError(f"contraction_dim={list(contraction_dim)} is not modelled: mmaemu serves the "
+                                          "default contraction (mat_a's dimension 1 with mat_b's dimension 0)")
+    return chosen, recipe_a, recipe_b, scales_a, scales_b
+
+
+def v1_arguments(mat_a: torch.Tensor, mat_b: torch.Tensor, scale_a: Any, scale_recipe_a: Any, scale_b: Any,
+                 scale_recipe_b: Any, swizzle_a: Any = None, swizzle_b: Any = None,
+                 contraction_dim: Sequence[int] = ()) -> tuple[torch.Tensor, torch.Tensor]:
+    """The one-element scales of the ``torch._scaled_mm`` call a ``_scaled_mm_v2`` call is.
+
+    Checks in torch 2.13's order: the operands (:func:`_check_layout`), then the recipe pair and its scales
+    (:func:`_check_recipes`); then what mmaemu does not model. Modifies nothing. Row-wise scales become
+    ``scale_a`` as given (``[M, 1]``) and ``scale_b`` as ``[1, N]`` (a view of its N elements).
+
+    Raises:
+        ReferenceRejectsError: what torch 2.13 raises as a ``RuntimeError``, with its message;
+            :class:`~mmaemu.errors.ReferenceRejectsValueError` (also a ``ValueError``) for its ``ValueError``s.
+        UnsupportedFeatureError: a recipe pair torch accepts other than tensor-wise or row-wise on both operands
+            (BlockWise1x128 x BlockWise128x128 is :func:`scaled_mm_v2`'s with ``kernel=``), a swizzle, or a
+            ``contraction_dim`` other than ``()`` or ``(1, 0)``, naming it.
+        IndexError: torch's own, where its row-wise check reads a dimension a scale lacks.
+        TypeError: recipes, swizzles or scales of the wrong type.
+        ValueError: an empty list of scales.
+    """
+    chosen, recipe_a, recipe_b, scales_a, scales_b = _parsed(mat_a, mat_b, scale_a, scale_recipe_a, scale_b,
+                                                             scale_recipe_b, swizzle_a, swizzle_b, contraction_dim)
+    if chosen == "rowwise_rowwise":
         return scales_a[0], scales_b[0].reshape(1, mat_b.size(1))
-    return scales_a[0], scales_b[0]
+    if chosen == "tensorwise_tensorwise":
+        return scales_a[0], scales_b[0]
+    block = " (BlockWise1x128 x BlockWise128x128 is computed as a named block kernel model with kernel=)" \
+        if chosen == "block_1x128_128x128" else ""
+    raise UnsupportedFeatureError(
+        f"scaling recipes {_recipe_name(recipe_a)} (mat_a) and {_recipe_name(recipe_b)} (mat_b) are not modelled: "
+        "mmaemu serves torch.nn.functional.scaled_mm with ScalingType.TensorWise or ScalingType.RowWise on both "
+        f"operands{block} (the other block-wise recipes, the MX recipe BlockWise1x32 and the NVFP4 recipes "
+        "BlockWise1x16 are not modelled)"
+    )
+
+
+def _block_scales(mat_a: torch.Tensor, mat_b: torch.Tensor, sa: torch.Tensor,
+                  sb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """BlockWise1x128 x BlockWise128x128's scales checked as torch 2.13 checks them (its meta registration,
+    ``torch/_meta_registrations.py``, ``is_1x128_128x128``: ``scale_a [M, K / 128]`` with strides ``(1, M)``,
+    ``scale_b [L4, N / 128]`` with strides ``(1, L4)``, ``L4 = round_up(K / 128, 4)``), and returned as
+    :func:`mmaemu.block_scaled_mm` takes them: ``[M, K / 128]`` and the ``[N / 128, K / 128]`` weight scales."""
+    m, k, n = mat_a.size(0), mat_a.size(1), mat_b.size(1)
+    if k % 128 or n % 128:
+        raise UnsupportedFeatureError(
+            f"BlockWise1x128 x BlockWise128x128 with K = {k}, N = {n}: partial 128-blocks are not modelled (torch 2.13's "
+            "meta and CUDA checks of this recipe differ there: K // 128 against ceil(K / 128))")
+    kb, nb = k // 128, n // 128
+    l4 = -(-kb // 4) * 4
+    a_ok = tuple(sa.shape) == (m, kb) and sa.stride(0) == 1 and (sa.stride(1) == m or (kb == 1 and sa.stride(1) == 1))
+    b_ok = tuple(sb.shape) == (l4, nb) and sb.stride(0) == 1 and (sb.stride(1) == l4 or (nb == 1 and sb.stride(1) == 1))
+    if not (a_ok and b_ok):
+        raise ReferenceRejectsError(
+            f"For 1x128 x 128x128 blockwise scaling, L4 = {l4}, scale a must have shape [{m}, {kb}] (got: "
+            f"{list(sa.shape)}) and stride [1, {m}] (got: {list(sa.stride())}), scale b must have shape [{l4}, {nb}] "
+            f"(got: {list(sb.shape)}) and stride [1, {l4}] (got: {list(sb.stride())})")
+    return sa.contiguous(), sb[:kb].t().contiguous()
+
+
+def _block_recipe(mat_a: torch.Tensor, mat_b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
+                  bias: torch.Tensor | None, output_dtype: torch.dtype | None, use_fast_accum: bool, kernel: Any,
+                  backend: str | Backend, out: torch.Tensor | None) -> torch.Tensor:
+    """BlockWise1x128 x BlockWise128x128 computed as the named block kernel model (torch runs cuBLASLt's
+    block-scaled kernel there, which is not modelled: [Note: the block-wise recipe])."""
+    sa, sw = _block_scales(mat_a, mat_b, scale_a, scale_b)
+    if kernel is None:
+        raise UnsupportedFeatureError(
+            "ScalingType.BlockWise1x128 x BlockWise128x128: torch runs it in cuBLASLt's block-scaled kernel, which is "
+            "closed source and not modelled. To compute it as a block-scaled GPU kernel would (DeepGEMM, the Triton "
+            "block kernels), pass kernel=... (mmaemu.emulate(kernel=...)), one of mmaemu.BLOCK_KERNELS")
+    model = resolve_kernel(kernel, "scaled_mm_v2")
+    for refused, why in ((bias is not None, "a bias"), (use_fast_accum, "use_fast_accum=True"), (out is not None, "out=")):
+        if refused:
+            raise UnsupportedFeatureError(f"BlockWise1x128 x BlockWise128x128 with {why}: the block kernel models take "
+                                          "none (pass it without)")
+    warn_caller(f"ScalingType.BlockWise1x128 x BlockWise128x128 runs in cuBLASLt on the GPU, which is not modelled: "
+                f"computed as {model.name} computes the same operands, not as torch would", UnrecordedKernelWarning)
+    return block_scaled_mm(mat_a, sa, mat_b.t(), sw, kernel=model, out_dtype=output_dtype or mat_a.dtype,
+                           backend=backend)
 
 
 def scaled_mm_v2(
@@ -288,17 +355,31 @@ def scaled_mm_v2(
     splitk: SplitKSpec = "auto",
     backend: str | Backend = "auto",
     out: torch.Tensor | None = None,
+    kernel: Any = None,
 ) -> torch.Tensor:
-    """``torch.nn.functional.scaled_mm`` with the bits of the profile's reference GPU (tensor-wise or row-wise scales).
+    """``torch.nn.functional.scaled_mm`` with the bits of the profile's reference GPU (tensor-wise or row-wise scales),
+    or of a named block-scaled kernel (``kernel=``, BlockWise1x128 x BlockWise128x128).
 
     The arguments are ``F.scaled_mm``'s (``output_dtype`` defaults to bf16 there too; ``None`` means
     ``mat_a``'s dtype, as the aten op); ``profile``, ``splitk`` and ``backend`` are
-    :func:`mmaemu.scaled_mm`'s. NaN, Inf and -0 as :func:`mmaemu.scaled_mm`.
+    :func:`mmaemu.scaled_mm`'s. NaN, Inf and -0 as :func:`mmaemu.scaled_mm`. ``kernel``: a block-scaled kernel
+    model (:data:`mmaemu.BLOCK_KERNELS`): the recipe pair BlockWise1x128 (``mat_a``) x BlockWise128x128 (``mat_b``),
+    which torch runs in cuBLASLt's block-scaled kernel (not modelled), is then computed as that kernel computes the
+    same operands (:func:`mmaemu.block_scaled_mm`; experimental, warned: [Note: the block-wise recipe]).
+
+    [Note: the block-wise recipe] torch 2.13 sends BlockWise1x128 x BlockWise128x128 to ``_scaled_gemm``, cuBLASLt's
+    block-scaled GEMM (``aten/src/ATen/native/cuda/ScaledBlas.cpp``, ``_scaled_block1x128_block128x128``), whose
+    arithmetic is closed source and unrecorded: without ``kernel`` the call raises. With it, the scales are
+    checked as torch's meta registration checks them (``scale_a [M, K/128]`` M-major, ``scale_b
+    [round_up(K/128, 4), N/128]``; the checkpoints' ``weight_scale_inv`` is ``scale_b[:K/128].t()``) and the
+    named kernel's bits are returned: what DeepGEMM or a Triton block kernel returns for these operands, not what
+    torch's own call returns on the GPU.
 
     Raises:
-        UnsupportedFeatureError: a recipe other than tensor-wise or row-wise on both operands, a swizzle, a
-            non-default ``contraction_dim`` (naming it); and what :func:`mmaemu.scaled_mm` raises
-            for the equivalent call.
+        UnsupportedFeatureError: a recipe other than tensor-wise or row-wise on both operands or the block-wise pair
+            with ``kernel``, a swizzle, a non-default ``contraction_dim`` (naming it); with the block-wise pair a
+            bias, ``use_fast_accum=True``, ``out=`` or partial 128-blocks; and what :func:`mmaemu.scaled_mm` (or
+            :func:`mmaemu.block_scaled_mm`) raises for the equivalent call.
         ReferenceRejectsError: torch 2.13's rejections of this API, then torch 2.7.1's and the
             reference cuBLASLt's of the equivalent ``_scaled_mm`` call.
 
@@ -311,6 +392,11 @@ def scaled_mm_v2(
         >>> y.dtype, y[0, 0].item()
         (torch.bfloat16, 1024.0)
     """
+    chosen, _, _, scales_a, scales_b = _parsed(mat_a, mat_b, scale_a, scale_recipe_a, scale_b, scale_recipe_b, swizzle_a,
+                                               swizzle_b, contraction_dim)
+    if chosen == "block_1x128_128x128":
+        return _block_recipe(mat_a, mat_b, scales_a[0], scales_b[0], bias, output_dtype, use_fast_accum, kernel, backend,
+                             out)
     sa, sb = v1_arguments(mat_a, mat_b, scale_a, scale_recipe_a, scale_b, scale_recipe_b, swizzle_a, swizzle_b,
                           contraction_dim)
     return call.scaled_mm(mat_a, mat_b, sa, sb, bias, None, output_dtype, use_fast_accum, profile=profile,

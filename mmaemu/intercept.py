@@ -22,12 +22,14 @@ served the mode is off (torch pops it), so mmaemu's own arithmetic is not interc
 It also sees the third-party FP8 GEMM operators of :data:`FOREIGN_GEMMS` (``mmaemu.intercept.FOREIGN_GEMMS``)
 (torchao's ``ao::blockwise_fp8_gemm``, mslk's and FBGEMM's ``f8f8bf16_*``, vLLM's ``cutlass_scaled_mm``,
 sgl-kernel's ``fp8_scaled_mm``, ...), matched by qualified name when called with an FP8 tensor, whenever
-their library was loaded. None is modelled: each raises :class:`~mmaemu.UnsupportedFeatureError` naming
-the operator and its library, or runs natively under ``fallback="native"``, counted.
+their library was loaded. torchao's ``ao::blockwise_fp8_gemm`` is served with the block's ``kernel=`` model
+(:func:`mmaemu.blockwise.serve_foreign`); every other one raises :class:`~mmaemu.UnsupportedFeatureError`
+naming the operator and its library, or runs natively under ``fallback="native"``, counted.
 
 Calls mmaemu cannot serve (block-wise scales, ``_scaled_mm_v2`` recipes other than tensor-wise or
-row-wise on both operands, a bias with an FP8 output, inputs requiring grad, the third-party
-operators, an FP8 GEMM on fake, functional or meta tensors or under a tracer: a trace) raise
+row-wise on both operands, BlockWise1x128 x BlockWise128x128 included unless the block names a
+``kernel``, a bias with an FP8 output, inputs requiring grad, the third-party operators other than a
+served one with its ``kernel``, an FP8 GEMM on fake, functional or meta tensors or under a tracer: a trace) raise
 :class:`~mmaemu.UnsupportedFeatureError`, or with ``fallback="native"`` run natively and are counted in
 ``log.native``. A bias with a bf16 or fp16 output is served, experimentally, and warns
 (:class:`~mmaemu.UnverifiedEpilogueWarning`); so are row-wise scales (torch 2.7.1's CUTLASS kernel,
@@ -74,7 +76,7 @@ import torch._subclasses.fake_tensor as _fake
 import torch._subclasses.functional_tensor as _functional
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from . import _compile, _foreign_ops, call, functional
+from . import _compile, _foreign_ops, blockwise, call, functional
 from ._foreign_ops import FOREIGN_GEMMS, ForeignGemm
 from .backends import Backend
 from .errors import UnsupportedFeatureError
@@ -283,14 +285,18 @@ class _ScaledMmMode(TorchDispatchMode):
         if _is_subclass(types):
             return NotImplemented  # the subclass runs; the plain-tensor calls it makes come back here
         _compile.warn_skipped_compile(self)
-        if isinstance(target, ForeignGemm):
-            return self._native(func, args, kwargs, shape, UnsupportedFeatureError(target.refusal()))
         try:
-            result = self._serve(target, bound)
+            result = self._foreign(target, bound) if isinstance(target, ForeignGemm) else self._serve(target, bound)
         except UnsupportedFeatureError as exc:
             return self._native(func, args, kwargs, shape, exc)
         self.log.served[shape] += 1
         return result
+
+    def _foreign(self, row: ForeignGemm, bound: dict[str, Any]) -> Any:
+        """A served third-party operator as the block's kernel model computes it (:func:`mmaemu.blockwise.serve_foreign`)."""
+        if not row.served:
+            raise UnsupportedFeatureError(row.refusal())
+        return blockwise.serve_foreign(row.name, bound, kernel=self.owner.kernel, backend=self.owner.backend)
 
     def _serve(self, kind: _Kind, bound: dict[str, Any]) -> Any:
         owner = self.owner
@@ -304,7 +310,7 @@ class _ScaledMmMode(TorchDispatchMode):
             bound["self"], bound["mat2"], bound["scale_a"], bound["recipe_a"], bound["scale_b"],
             bound["recipe_b"], bound.get("swizzle_a"), bound.get("swizzle_b"), bound.get("bias"),
             bound.get("out_dtype"), bound.get("contraction_dim", ()), bool(bound.get("use_fast_accum", False)),
-            **options)
+            kernel=owner.kernel, **options)
 
     def _native(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], shape: Shape,
                 exc: UnsupportedFeatureError) -> Any:
@@ -327,7 +333,8 @@ class emulate:  # noqa: N801 - used like a function: ``with mmaemu.emulate(...) 
     ``torch._scaled_mm``, ``torch.nn.functional.scaled_mm`` (tensor-wise and row-wise scales) and the aten
     operators behind them, from any caller, tensor subclasses such as torchao's included
     (:mod:`mmaemu.intercept`). Known third-party FP8 GEMM operators (torchao, mslk, FBGEMM, vLLM,
-    sgl-kernel) are not modelled: they raise, or run natively and are counted. Blocks nest: the
+    sgl-kernel) are not modelled, except torchao's ``ao::blockwise_fp8_gemm`` with ``kernel``: they raise, or
+    run natively and are counted. Blocks nest: the
     innermost one decides each call, and counts it once.
 
     Args:
@@ -339,6 +346,9 @@ class emulate:  # noqa: N801 - used like a function: ``with mmaemu.emulate(...) 
             ``(S, scheme)`` for every call of the block.
         fallback: ``"raise"`` (default) or ``"native"``: what to do with calls mmaemu cannot serve
             (see :mod:`mmaemu.intercept`).
+        kernel: a block-scaled kernel model's name (:data:`mmaemu.BLOCK_KERNELS`): torchao's
+            ``ao::blockwise_fp8_gemm`` and ``F.scaled_mm``'s block-wise recipes are then computed as that kernel
+            (:func:`mmaemu.block_scaled_mm`, experimental, warned); without it they raise, naming what to pass.
 
     ``with emulate(...) as log`` binds an :class:`EmulationLog`, complete once the block exits
     (also ``self.log``). The object can be entered again after it exits, with a fresh log.
@@ -369,8 +379,10 @@ class emulate:  # noqa: N801 - used like a function: ``with mmaemu.emulate(...) 
         backend: str | Backend = "auto",
         splitk: SplitKSpec = "auto",
         fallback: str | Fallback = Fallback.RAISE,
+        kernel: str | None = None,
     ) -> None:
         options = Options.parse(profile, splitk, backend)
+        self.kernel = None if kernel is None else blockwise.resolve_kernel(kernel, "emulate")
         self.profile = options.profile
         self.splitk: SplitKSpec = options.splitk
         self.backend: Backend = options.backend
@@ -410,5 +422,6 @@ class emulate:  # noqa: N801 - used like a function: ``with mmaemu.emulate(...) 
         return self._mode is not None
 
     def __repr__(self) -> str:
+        kernel = "" if self.kernel is None else f", kernel={self.kernel.name!r}"
         return (f"mmaemu.emulate(profile={self.profile.name!r}, backend={self.backend.value!r}, "
-                f"splitk={self.splitk!r}, fallback={self.fallback.value!r})")
+                f"splitk={self.splitk!r}, fallback={self.fallback.value!r}{kernel})")

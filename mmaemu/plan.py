@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from .backends import Backend, auto_fallback
+from .blockwise import resolve_kernel
 from .call import prepare_call
 from .checks import CheckedCall, check_call
 from .errors import (
@@ -30,6 +31,8 @@ from .errors import (
     UnverifiedEpilogueWarning,
     UnverifiedSplitWarning,
 )
+from .kernels.block_call import BlockPlan, prepare_block
+from .kernels.block_model import BlockKernelModel
 from .kernels.rowwise import KernelPlan
 from .platforms.profiles import Profile, get_profile
 from .platforms.splitk import (
@@ -42,7 +45,7 @@ from .platforms.splitk import (
 from .presets import Maturity
 from .split import SplitKSpec
 
-__all__ = ["CallPlan", "explain"]
+__all__ = ["BlockCallPlan", "CallPlan", "explain", "explain_block_scaled"]
 
 
 @dataclass(frozen=True)
@@ -325,3 +328,87 @@ _UNVERIFIED_WARNINGS = frozenset(w.__name__ for w in (ExperimentalPresetWarning,
                                                       InferredSplitWarning, UnrecordedKernelWarning))
 
 
+@dataclass(frozen=True)
+class BlockCallPlan:
+    """What :func:`block_scaled_mm` would do with these arguments, decided without computing.
+
+    Attributes:
+        validation: ``"ok"``, or ``(exception class name, message)`` of what the call would raise.
+        kernel: the model's name, or None where ``kernel`` names none.
+        shape: ``(M, N, K)``, or None when the operands are not matrices.
+        out_dtype: the output dtype's name.
+        backend: the backend that would compute, or None.
+        fused: whether the cpu backend's fused kernel would run.
+        lines: the kernel's chains, combination and maturity, one line each (empty when refused).
+        warnings: ``(warning class name, message)`` of every warning the call would emit.
+        validated: always False: no hardware output of these kernels is recorded.
+        reason: why ``validated`` is False.
+    """
+
+    validation: str | tuple[str, str]
+    kernel: str | None
+    shape: tuple[int, int, int] | None
+    out_dtype: str | None
+    backend: str | None
+    fused: bool
+    lines: tuple[str, ...]
+    warnings: tuple[tuple[str, str], ...]
+    validated: bool = False
+    reason: str = "no hardware output of the block-scaled kernels is recorded (the model is read from source)"
+
+    @property
+    def ok(self) -> bool:
+        """True when the call would run."""
+        return self.validation == "ok"
+
+    def __str__(self) -> str:
+        shape = "?" if self.shape is None else " x ".join(str(d) for d in self.shape)
+        out = [f"mmaemu block-scaled plan for M x N x K = {shape} -> {self.out_dtype}, kernel {self.kernel!r}"]
+        out.append("  runs:       yes" if self.ok else f"  runs:       no, {self.validation[0]}: {self.validation[1]}")
+        out.append(f"  validated:  no: {self.reason}")
+        out.extend(f"  {'kernel:' if i == 0 else '':11} {line}" for i, line in enumerate(self.lines))
+        if self.backend is not None:
+            out.append(f"  backend:    {self.backend}" + (" (fused block kernel)" if self.fused else ""))
+        out.extend(f"  warns:      {cls}: {message}" for cls, message in self.warnings)
+        return "\n".join(out)
+
+
+def explain_block_scaled(
+    a: torch.Tensor,
+    a_scales: torch.Tensor,
+    w: torch.Tensor,
+    w_scale_inv: torch.Tensor,
+    *,
+    kernel: str | BlockKernelModel | None = None,
+    out_dtype: torch.dtype = torch.bfloat16,
+    backend: str | Backend = "auto",
+) -> BlockCallPlan:
+    """What :func:`block_scaled_mm` would do with the same arguments, without computing.
+
+    A refusal is reported in ``validation`` (the class name and message of exactly what the call would raise),
+    not raised; the warning the call emits is in ``warnings``. Nothing is modified.
+
+    Example:
+        >>> import torch, mmaemu
+        >>> a = torch.zeros(4, 256).to(torch.float8_e4m3fn)
+        >>> w = torch.zeros(128, 256).to(torch.float8_e4m3fn)
+        >>> plan = mmaemu.explain_block_scaled(a, torch.ones(4, 2), w, torch.ones(1, 2), kernel="deepgemm-sm90")
+        >>> plan.ok, plan.validated, plan.lines[2].split(": ", 1)[1][:38]
+        (True, False, 'acc = +0; s = rn(sa * sb); acc = fma(s')
+    """
+    plan: BlockPlan | None = None
+    name: str | None = None
+    validation: str | tuple[str, str] = "ok"
+    with _record_warnings() as caught:
+        try:
+            model = resolve_kernel(kernel, "explain_block_scaled")
+            name = model.name
+            plan = prepare_block(model, a, a_scales, w, w_scale_inv, out_dtype, backend)
+        except (MmaemuError, RuntimeError, TypeError, ValueError, KeyError) as exc:
+            validation = (type(exc).__name__, str(exc))
+    shape = None
+    if isinstance(a, torch.Tensor) and isinstance(w, torch.Tensor) and a.dim() == 2 and w.dim() == 2:
+        shape = (int(a.shape[0]), int(w.shape[0]), int(a.shape[1]))
+    dtype = str(out_dtype).replace("torch.", "") if isinstance(out_dtype, torch.dtype) else None
+    return BlockCallPlan(validation, name, shape, dtype, None if plan is None else plan.backend.value,
+                         plan is not None and plan.fused, () if plan is None else plan.lines(), tuple(caught))

@@ -44,11 +44,12 @@ import torch
 
 from .errors import UnsupportedFeatureError
 from .formats import Fp8Format, fp8_format_of
-from ._host import check_cpu_subnormals, refuse_autograd
+from ._block_quant import BlockQuantizer, dequantize_fp8_blocks, quantize_fp8_blocks, quantize_fp8_groups
+from ._host import refuse_autograd, require_cpu_subnormals
 
 __all__ = [
     "ScalingRecipe", "quantize", "reciprocal_scale", "scale_from_amax", "current_scale", "round_to_tf32", "FP32_MAX",
-    "torchao_quantize_",
+    "torchao_quantize_", "BlockQuantizer", "quantize_fp8_groups", "quantize_fp8_blocks", "dequantize_fp8_blocks",
 ]
 
 #: the largest finite fp32, which TE uses for a scale that would overflow.
@@ -78,17 +79,6 @@ def _as_fp32_scale(scale: object, device: torch.device, name: str = "scale") -> 
     if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
         raise TypeError(f"{name} must be a one-element tensor or a real number, got {type(scale).__name__}")
     return torch.tensor(float(scale), dtype=torch.float32, device=device)
-
-
-def _require_subnormals(device: torch.device) -> None:
-    """:func:`mmaemu._host.check_cpu_subnormals` where this module's fp32 arithmetic runs on the CPU.
-
-    Skipped while ``torch.compile`` traces (the probe reads a value; it would break the graph):
-    the compiled :class:`~mmaemu.nn.EmulatedFP8Linear` still refuses, since its
-    ``mmaemu::scaled_mm`` operator probes in the same thread when it runs.
-    """
-    if device.type == "cpu" and not torch.compiler.is_compiling():
-        check_cpu_subnormals()
 
 
 def quantize(x: torch.Tensor, scale: torch.Tensor | float, dtype: torch.dtype = torch.float8_e4m3fn) -> torch.Tensor:
@@ -130,7 +120,7 @@ def quantize(x: torch.Tensor, scale: torch.Tensor | float, dtype: torch.dtype = 
         raise ValueError(f"quantize expects a floating-point tensor, got {x.dtype}")
     refuse_autograd(("x", x))
     s = _as_fp32_scale(scale, x.device)
-    _require_subnormals(x.device)
+    require_cpu_subnormals(x.device)
     scaled = x.to(torch.float32) * s
     return scaled.clamp(-fmt.max_finite, fmt.max_finite).to(fmt.dtype)
 
@@ -154,7 +144,7 @@ def reciprocal_scale(scale: torch.Tensor | float) -> torch.Tensor:
     """
     device = scale.device if isinstance(scale, torch.Tensor) else torch.device("cpu")
     s = _as_fp32_scale(scale, device)
-    _require_subnormals(device)
+    require_cpu_subnormals(device)
     return torch.reciprocal(s)
 
 
@@ -194,7 +184,7 @@ def scale_from_amax(
     device = amax.device if isinstance(amax, torch.Tensor) else torch.device("cpu")
     a = _as_fp32_scale(amax, device, "amax")
     prev = _as_fp32_scale(previous, device, "previous")
-    _require_subnormals(device)
+    require_cpu_subnormals(device)
     max_fp8 = torch.tensor(fmt.max_finite, dtype=torch.float32, device=device)
     scale = (max_fp8 / a) / torch.tensor(2.0**margin, dtype=torch.float32, device=device)
     scale = torch.where(torch.isfinite(a) & (a > 0), scale, prev)
@@ -232,7 +222,7 @@ def current_scale(x: torch.Tensor, dtype: torch.dtype = torch.float8_e4m3fn) -> 
         raise ValueError(f"current_scale expects a floating-point tensor, got {x.dtype}")
     if x.numel() == 0:
         return torch.ones((), dtype=torch.float32, device=x.device)
-    _require_subnormals(x.device)
+    require_cpu_subnormals(x.device)
     magnitude = x.detach().to(torch.float32).abs()
     amax = torch.where(torch.isnan(magnitude), torch.zeros_like(magnitude), magnitude).amax()
     max_fp8 = torch.tensor(fmt.max_finite, dtype=torch.float32, device=x.device)
@@ -294,7 +284,8 @@ def _torchao_fp8_config(config: object) -> tuple[Any, Any]:
         raise UnsupportedFeatureError(
             f"granularity {list(granularity)}: torchao_quantize_ builds the FP8 models mmaemu.emulate() serves, "
             "tensor-wise (PerTensor()) or row-wise (PerRow()) on both operands; torchao's block-wise GEMM "
-            "(ao::blockwise_fp8_gemm) is not modelled")
+            "(ao::blockwise_fp8_gemm) is served only as a named kernel model (emulate(kernel=...)), and this function "
+            "does not build block-wise models")
     if not callable(getattr(quant_api, "_check_hardware_support", None)):
         import torchao
 
@@ -329,7 +320,7 @@ def torchao_quantize_(model: torch.nn.Module, config: object,
         ImportError: torchao is not installed.
         TypeError: ``model`` is not an ``nn.Module``, or ``config`` is another torchao config (call
             torchao's ``quantize_`` for those).
-        UnsupportedFeatureError: a granularity ``mmaemu.emulate()`` does not serve (block-wise), a torchao
+        UnsupportedFeatureError: a block-wise granularity (served only as a named kernel model), a torchao
             without the check this skips, or a CUDA GPU older than sm_89 in this process (torchao's
             quantization step asserts sm_89 whenever CUDA is available: hide the GPU with
             ``CUDA_VISIBLE_DEVICES=``). Nothing is modified by these refusals.

@@ -18,6 +18,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 __all__ = [
+    "block_scaled_output",
     "fp8_decode",
     "fp8_decode_signed",
     "block",
@@ -967,3 +968,58 @@ def fp8_dot_fp16acc_rewrite(a_codes, b_codes, c16_bits, fmt_a, fmt_b, frac_bits:
             d = zoo_block(d, [a16[k] for k in ks], [b16[k] for k in ks], "fp16", frac_bits, acc="fp16")
         c = fp16_add_bits(d, c)
     return c
+
+
+# ---------------------------------------------------------------------------------------------
+# Block-scaled kernels (written from the research's recipes, research/blockfp8.md section 6, not from the
+# package): a fresh chain per k-tile, the chain result combined with the tile's two fp32 scales
+# ---------------------------------------------------------------------------------------------
+
+
+def block_scaled_output(a_codes, b_codes, sa_bits, sb_bits, *, chain: str, block_size: int, frac_bits: int,
+                        k_block: int, combination: str, order: str, fused: bool, start: str, out_dtype: str) -> int:
+    """One output of a block-scaled FP8 GEMM: row m of A and row n of B (E4M3 codes), the activation scales of row
+    m and the weight scales of column block n // 128 (fp32 bits, one per 128-group of K).
+
+    Per k-tile t of ``k_block`` elements from 0 (the last shorter): ``d`` = one chain from +0 over the tile
+    (``chain='fp8'``: :func:`dot` of the codes; ``'fp16'``: the codes converted to fp16, exactly, and
+    :func:`zoo_dot`), ``sa``, ``sb`` the scales of group ``t * k_block // 128``; then
+    ``combination='scales-first'``: ``x = rn(sa sb)``, ``y = d``; ``'chain-first'``: ``x = rn(d first)``,
+    ``y = second`` (``order='row-first'``: first = sa); the step ``acc = rn(x y + acc)`` once (``fused``) or
+    ``rn(acc + rn(x y))``, from ``acc = +0`` (``start='plus-zero'``) or with the first product stored
+    (``'first-step'``). A NaN code in either row gives the canonical NaN; the result is RNE to ``out_dtype``
+    (overflow to infinity), fp32 as is.
+    """
+    fa = _fp8fmt("e4m3")
+    if any(decode(c, fa)[0] == "nan" for c in list(a_codes) + list(b_codes)):
+        return CANONICAL_NAN[out_dtype]
+    k = len(a_codes)
+    acc = None
+    for k0 in range(0, k, k_block):
+        a, b = list(a_codes[k0:k0 + k_block]), list(b_codes[k0:k0 + k_block])
+        if chain == "fp8":
+            d = dot(a, b, 0, "e4m3", "e4m3", block_size, frac_bits)
+        else:
+            d = zoo_dot([fp8_to_fp16_bits(c, "e4m3") for c in a], [fp8_to_fp16_bits(c, "e4m3") for c in b], 0, "fp16",
+                        block_size, frac_bits, "fp32")
+        sa, sb = sa_bits[k0 // 128], sb_bits[k0 // 128]
+        if combination == "scales-first":
+            x, y = fp32_mul_bits(sa, sb), d
+        else:
+            first, second = (sa, sb) if order == "row-first" else (sb, sa)
+            x, y = fp32_mul_bits(d, first), second
+        if acc is None and start == "first-step":
+            acc = fp32_mul_bits(x, y)
+            continue
+        acc = 0x00000000 if acc is None else acc
+        if fused:
+            acc = f32_bits_from_value(_fma_exact(f32_value(x), f32_value(y), f32_value(acc)))
+        else:
+            acc = fp32_add_bits(acc, fp32_mul_bits(x, y))
+    acc = 0x00000000 if acc is None else acc
+    value = f32_value(acc)
+    if value[0] == "nan":
+        return CANONICAL_NAN[out_dtype]
+    if out_dtype == "float32":
+        return acc
+    return encode_rne(value, out_dtype, overflow="inf")

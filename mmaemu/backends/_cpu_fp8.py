@@ -70,6 +70,7 @@ __all__ = [
     "expresses",
     "kernel",
     "panels",
+    "tile_chain",
 ]
 
 #: The largest block: the count of a block's negative terms below the grid is an int8 lane.
@@ -294,6 +295,48 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled
         n = v.count_where_below8(n, t, eb, kl + np.int64(w >> 16), v.load8(bc, PANEL))  # bc's vector of 1
         return n, x0, x1, x2, x3
 
+    @njit(inline="always")
+    def tile_chain(c: np.ndarray, ca_f: np.ndarray, values: np.ndarray, words: np.ndarray, e_at: np.ndarray,
+                   bc: np.ndarray, bv_f: np.ndarray, eb_f: np.ndarray, blk_start: np.ndarray, blk_stop: np.ndarray,
+                   first_blk: int, stop_blk: int, m0: int, mm: int, k_row: int, panel: int, k_all: int, frac: int,
+                   keep: Any, start: Any, zero: Any) -> None:
+        """One chain's results for rows ``m0 .. m0 + mm`` of the row side and one panel, into ``c [mm * PANEL]``
+        from +0: its blocks ``first_blk .. stop_blk`` in order; per block and pair of rows the block maxima,
+        the set-up, one fused multiply-add per product and lane group and the count of negative products
+        below the grid, the end of the block. The kernels' one chain computation, its values passed as they
+        are (no state tuple): :func:`kernel` adds the results in fp32, :mod:`mmaemu.backends._cpu_block` scales
+        them."""
+        c[:] = 0.0
+        e_base = panel * k_all * 3 * PANEL
+        for bi in range(first_blk, stop_blk):
+            b0 = blk_start[bi]
+            b1 = blk_stop[bi]
+            a_base = m0 * k_row  # + k: row m0's code of k
+            for i in range(0, mm, 2):
+                i1 = min(i + 1, mm - 1)  # an odd last row is computed twice (same bits)
+                a0 = a_base + i * k_row
+                a1 = a_base + i1 * k_row
+                e0, e1 = v.row_maxima(_plus_e_a, (ca_f, e_at, bc), eb_f, 3 * PANEL, e_base, a0, a1, b0, b1, start)
+                o0 = i * PANEL
+                o1 = i1 * PANEL
+                x00, x01, x02, x03, g0 = _start_row(c, o0, e0, frac)
+                x10, x11, x12, x13, g1 = _start_row(c, o1, e1, frac)
+                n0 = zero
+                n1 = zero
+                for k in range(b0, b1):
+                    kb = (panel * k_all + k) * PANEL
+                    y0 = v.load(bv_f, kb)
+                    y1 = v.load(bv_f, kb + 16)
+                    y2 = v.load(bv_f, kb + 32)
+                    y3 = v.load(bv_f, kb + 48)
+                    kl = e_base + k * 3 * PANEL
+                    n0, x00, x01, x02, x03 = _step(ca_f, values, words, bc, eb_f, a0 + k, kl, g0, n0,
+                                                   y0, y1, y2, y3, x00, x01, x02, x03)
+                    n1, x10, x11, x12, x13 = _step(ca_f, values, words, bc, eb_f, a1 + k, kl, g1, n1,
+                                                   y0, y1, y2, y3, x10, x11, x12, x13)
+                _end_row(c, o1, x10, x11, x12, x13, n1, keep)
+                _end_row(c, o0, x00, x01, x02, x03, n0, keep)
+
     @njit(parallel=True, cache=_DISK_CACHE)
     def kernel(ca: np.ndarray, tables: np.ndarray, bc: np.ndarray, bv: np.ndarray, ebp: np.ndarray,
                blk_start: np.ndarray, blk_stop: np.ndarray, chain_blk: np.ndarray, chain_part: np.ndarray,
@@ -306,10 +349,8 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled
         with ``transposed``: the block FMA is symmetric in its two operands, so either matrix may
         take either side.
 
-        One task per (M tile, panel); per chain, per block, per pair of rows: the block maxima,
-        the set-up, one fused multiply-add per product and lane group and the count of negative
-        products below the grid, the end of the block; the chain results are added in fp32 (K order
-        from +0) per part, and the parts combined.
+        One task per (M tile, panel); per chain its results (:func:`tile_chain`), added in fp32 (K order from
+        +0) per part, and the parts combined.
         """
         m_rows, k_row = ca.shape
         n_cols = out.shape[0] if transposed else out.shape[1]
@@ -330,37 +371,9 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled
             c = v.aligned_zeros(mm * PANEL)
             start = v.splat8(ZERO8)
             zero = v.splat8(0)
-            e_base = panel * k_all * 3 * PANEL
             for ch in range(chain_part.shape[0]):
-                c[:] = 0.0
-                for bi in range(chain_blk[ch], chain_blk[ch + 1]):
-                    b0 = blk_start[bi]
-                    b1 = blk_stop[bi]
-                    a_base = m0 * k_row  # + k: row m0's code of k
-                    for i in range(0, mm, 2):
-                        i1 = min(i + 1, mm - 1)  # an odd last row is computed twice (same bits)
-                        a0 = a_base + i * k_row
-                        a1 = a_base + i1 * k_row
-                        e0, e1 = v.row_maxima(_plus_e_a, (ca_f, e_at, bc), eb_f, 3 * PANEL, e_base, a0, a1, b0, b1, start)
-                        o0 = i * PANEL
-                        o1 = i1 * PANEL
-                        x00, x01, x02, x03, g0 = _start_row(c, o0, e0, frac)
-                        x10, x11, x12, x13, g1 = _start_row(c, o1, e1, frac)
-                        n0 = zero
-                        n1 = zero
-                        for k in range(b0, b1):
-                            kb = (panel * k_all + k) * PANEL
-                            y0 = v.load(bv_f, kb)
-                            y1 = v.load(bv_f, kb + 16)
-                            y2 = v.load(bv_f, kb + 32)
-                            y3 = v.load(bv_f, kb + 48)
-                            kl = e_base + k * 3 * PANEL
-                            n0, x00, x01, x02, x03 = _step(ca_f, values, words, bc, eb_f, a0 + k, kl, g0, n0,
-                                                           y0, y1, y2, y3, x00, x01, x02, x03)
-                            n1, x10, x11, x12, x13 = _step(ca_f, values, words, bc, eb_f, a1 + k, kl, g1, n1,
-                                                           y0, y1, y2, y3, x10, x11, x12, x13)
-                        _end_row(c, o1, x10, x11, x12, x13, n1, keep)
-                        _end_row(c, o0, x00, x01, x02, x03, n0, keep)
+                tile_chain(c, ca_f, values, words, e_at, bc, bv_f, eb_f, blk_start, blk_stop, chain_blk[ch],
+                           chain_blk[ch + 1], m0, mm, k_row, panel, k_all, frac, keep, start, zero)
                 v.add_chain(partial, chain_part[ch], c, mm)  # fp32, K order from +0
             combine_parts(partial, order, role, out, m0, panel * PANEL, mm, min(PANEL, n_cols - panel * PANEL),
                           transposed)

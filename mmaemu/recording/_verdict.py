@@ -22,6 +22,7 @@ from ..formats import Fp8Format
 from ..platforms.profiles import get_profile
 from ..presets import B200_MMA_SYNC, SM120
 from ._bias import BiasResult, bias_results, fitting_orders
+from ._blockwise import BlockResult, block_results, block_section, fitting_block_models
 from ._rowwise import RowwiseResult, fitting_kernels, rowwise_results
 from .format import Recording
 from .probes import (
@@ -34,7 +35,7 @@ from .probes import (
     one_thread,
 )
 
-__all__ = ["probe_document", "results_from_document", "sm120_note", "verdict_from_recording", "with_rowwise",
+__all__ = ["probe_document", "results_from_document", "sm120_note", "verdict_from_recording", "with_block", "with_rowwise",
            "with_sm120_note"]
 
 
@@ -161,6 +162,11 @@ def verdict_from_recording(rec: Recording) -> ProbeVerdict:
     rowwise = rowwise_results(doc, rec.probe_arrays()) if doc is not None else []
     if rowwise:
         verdict = with_rowwise(verdict, rowwise, rec.environment.get("sm_count"))
+    block = block_results(doc, rec.probe_arrays()) if doc is not None else []
+    if block and doc is not None:
+        section = block_section(doc)
+        assert section is not None
+        verdict = with_block(verdict, block, section[0], standard=bool(results))
     verdict = with_sm120_note(verdict, capability)
     _VERDICTS[key] = verdict
     return verdict
@@ -234,3 +240,17 @@ def with_rowwise(verdict: ProbeVerdict, results: Sequence[RowwiseResult], sm_cou
     said = names[0] if len(names) == 1 else (f"{len(names)} candidates fit" if names else "no candidate fits")
     return dataclasses.replace(verdict, rowwise_probes=len(results), rowwise_kernels=names,
                                fits=verdict.fits and bool(names), summary=f"{verdict.summary}; row-wise kernel {said}")
+
+
+def with_block(verdict: ProbeVerdict, results: Sequence[BlockResult], base: str, standard: bool) -> ProbeVerdict:
+    """The verdict with the block probes' answer: which candidates of ``base`` (the block kernel model whose kernel
+    ran them) reproduce every block probe. A recording of block probes alone (``standard`` False: no arithmetic
+    probe) fits when exactly one candidate does; otherwise that is required on top of the arithmetic verdict."""
+    with one_thread():
+        names = tuple(c.name for c in fitting_block_models(results, base))
+    said = names[0] if len(names) == 1 else (f"{len(names)} candidates fit" if names else "no candidate fits")
+    head = verdict.summary if standard else "block probes only"
+    fits = (verdict.fits or not standard) and len(names) == 1
+    return dataclasses.replace(verdict, block_probes=len(results), block_base=base, block_kernels=names, fits=fits,
+                               summary=f"{head}; block kernel {said}")
+

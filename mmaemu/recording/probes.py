@@ -348,6 +348,9 @@ class ProbeVerdict:
         bias_orders: the bias orders that reproduce every bias probe under the preset.
         rowwise_probes: how many row-wise probes were recorded (:mod:`mmaemu.recording._rowwise`).
         rowwise_kernels: the names of the row-wise kernel candidates that reproduce every row-wise probe.
+        block_probes: how many block probes were recorded (:mod:`mmaemu.recording._blockwise`).
+        block_base: the block kernel model whose kernel the block probes ran (None without block probes).
+        block_kernels: the names of that model's candidates that reproduce every block probe.
     """
 
     candidates_tested: int
@@ -365,6 +368,9 @@ class ProbeVerdict:
     bias_orders: tuple[BiasOrder, ...] = ()
     rowwise_probes: int = 0
     rowwise_kernels: tuple[str, ...] = ()
+    block_probes: int = 0
+    block_base: str | None = None
+    block_kernels: tuple[str, ...] = ()
 
     @property
     def bias_order(self) -> BiasOrder | None:
@@ -394,6 +400,9 @@ class ProbeVerdict:
             "bias_orders": [o.value for o in self.bias_orders],
             "rowwise_probes": self.rowwise_probes,
             "rowwise_kernels": list(self.rowwise_kernels),
+            "block_probes": self.block_probes,
+            "block_base": self.block_base,
+            "block_kernels": list(self.block_kernels),
         }
 
 

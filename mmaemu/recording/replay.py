@@ -53,6 +53,7 @@ from ..platforms.table import Setting, SplitTable
 from ..presets import Preset, get_preset
 from ..split import SplitFamily
 from ._attestation import attest
+from ._blockwise import BLOCK_GRID, BLOCK_SECTIONS
 from .directory import RecordingDirectory
 from ._envelope import TableRows
 from .format import SECTION_FILES, Inspection, Recording, inspect
@@ -298,7 +299,8 @@ def _incomplete(rec: Recording) -> list[str]:
     missing: list[str] = []
     sections = rec.manifest.get("sections", {})
     files = rec.manifest.get("files", {})
-    for section in Section:
+    required = BLOCK_SECTIONS if rec.manifest.get("grid", {}).get("name") == BLOCK_GRID else tuple(Section)
+    for section in required:
         status = sections.get(section.value, SectionStatus.PENDING.value)
         if status != SectionStatus.COMPLETE.value:
             missing.append(f"section {section.value} is {status} ({_STATUS_HINT.get(status, status)})")

@@ -116,13 +116,17 @@ def test_a_name_outside_the_table_runs_unchanged() -> None:
 
 
 def test_the_docs_list_every_operator_of_the_table() -> None:
-    """docs/models.md's table names each operator emulate() knows, and says none is served."""
+    """docs/models.md's table names each operator emulate() knows, and says which is served (torchao's block-wise
+    operator, with a kernel model) and that no other is."""
     from pathlib import Path
 
     page = (Path(__file__).resolve().parents[2] / "docs" / "models.md").read_text()
     section = page[page.index("#### Third-party FP8 GEMM operators"):page.index("### torchao's FP8 models")]
     assert [name for name in FOREIGN_GEMMS if f"`{name}`" not in section] == []
-    assert all(not row.served for row in FOREIGN_GEMMS.values()) and "**none is served**" in section
+    assert [name for name, row in FOREIGN_GEMMS.items() if row.served] == ["ao::blockwise_fp8_gemm"]
+    assert "**no other is served**" in section
+    assert "| `ao::blockwise_fp8_gemm` | torchao | FP8 GEMM with block-wise scales (1x128 activations x 128x128 weights), " \
+           "Triton kernel | with `emulate(kernel=...)` |" in section
 
 
 def test_torchs_grouped_fp8_gemm_is_refused_eager_and_compiled() -> None:

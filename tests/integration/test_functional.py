@@ -148,8 +148,6 @@ def _valid_pairs() -> dict[str, tuple[Any, Any, Any, Any]]:
     e8m0 = torch.ones(4).to(torch.float8_e8m0fnu)
     return {"BlockWise1x128": (torch.ones(M_, 1), F.ScalingType.BlockWise1x128, torch.ones(1, N_),
                                F.ScalingType.BlockWise1x128),
-            "BlockWise1x128 (mat_a) and BlockWise128x128": (torch.ones(M_, 1), F.ScalingType.BlockWise1x128,
-                                                            torch.ones(1, 1), F.ScalingType.BlockWise128x128),
             "BlockWise128x128 (mat_a) and BlockWise1x128": (torch.ones(1, 1), F.ScalingType.BlockWise128x128,
                                                             torch.ones(1, N_), F.ScalingType.BlockWise1x128),
             "BlockWise1x32": (e8m0, F.ScalingType.BlockWise1x32, e8m0, F.ScalingType.BlockWise1x32)}
@@ -217,3 +215,102 @@ def test_tensor_wise_bits_are_scaled_mm_s(out: torch.dtype | None, fast: bool) -
     assert_bitwise_equal(got, mmaemu.scaled_mm(a, b, sa, sb, out_dtype=out, use_fast_accum=fast))
     native = F.scaled_mm(a, b, sa, TW, sb, TW, output_dtype=out, use_fast_accum=fast)
     assert got.dtype == native.dtype and got.shape == native.shape  # torch's own result on this CPU: same type
+
+
+# --- BlockWise1x128 x BlockWise128x128: computed as a named block kernel model (mmaemu.blockwise) ------------------
+
+B1, B128 = F.ScalingType.BlockWise1x128, F.ScalingType.BlockWise128x128
+KERNEL = "deepgemm-sm90"
+
+
+def _block(m: int = 16, n: int = 256, k: int = 384) -> tuple[torch.Tensor, ...]:
+    """Operands and scales in torch 2.13's layouts for this recipe: scale_a [M, K/128] M-major, scale_b
+    [round_up(K/128, 4), N/128] with strides (1, L4) (its padding rows NaN: never read), and the checkpoint's
+    weight_scale_inv [N/128, K/128] they hold."""
+    a, b = _operands(m, n, k)
+    g = torch.Generator().manual_seed(3)
+    kb, nb = k // 128, n // 128
+    l4 = -(-kb // 4) * 4
+    sa = (torch.rand(kb, m, generator=g) + 0.5).t()
+    sw = torch.rand(nb, kb, generator=g) + 0.5
+    stored = torch.full((nb, l4), float("nan"))
+    stored[:, :kb] = sw
+    return a, b, sa, stored.t(), sw
+
+
+def _meta_accepts(a: torch.Tensor, b: torch.Tensor, sa: torch.Tensor, sb: torch.Tensor,
+                  monkeypatch: pytest.MonkeyPatch) -> bool:
+    import torch._meta_registrations as meta
+
+    monkeypatch.setattr(meta, "device_hint", lambda tensor: "cuda")
+    try:
+        meta._check_scaled_mm_sizes_v2(a, b, [sa], [int(B1.value)], [sb], [int(B128.value)])
+    except (RuntimeError, ValueError):
+        return False
+    finally:
+        monkeypatch.undo()
+    return True
+
+
+def test_block_recipe_without_a_kernel_raises_naming_what_to_pass() -> None:
+    """Old code: "not modelled" without a way to compute it. torch runs it in cuBLASLt (closed source)."""
+    a, b, sa, sb, _ = _block()
+    with pytest.raises(mmaemu.UnsupportedFeatureError, match=r"cuBLASLt.*pass kernel=\.\.\."):
+        mmaemu.scaled_mm_v2(a, b, sa, B1, sb, B128)
+
+
+@pytest.mark.parametrize("k", [384, 512])
+def test_block_recipe_is_the_named_kernels_bits(k: int) -> None:
+    """The checkpoint's weight_scale_inv is scale_b[:K/128].t(); L4's padding rows are not read (K = 384: one, NaN)."""
+    a, b, sa, sb, sw = _block(k=k)
+    with pytest.warns(mmaemu.UnrecordedKernelWarning, match="runs in cuBLASLt on the GPU, which is not modelled"):
+        got = mmaemu.scaled_mm_v2(a, b, sa, B1, sb, B128, kernel=KERNEL)
+    with pytest.warns(mmaemu.UnrecordedKernelWarning):
+        want = mmaemu.block_scaled_mm(a, sa.contiguous(), b.t(), sw, kernel=KERNEL)
+    assert_bitwise_equal(got, want)
+
+
+def test_block_recipe_scale_layouts_are_checked_as_torch_checks_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each layout torch 2.13's check (its meta registration on the CUDA path) refuses raises torch's RuntimeError
+    here too, before "not modelled"; the layouts it takes run."""
+    a, b, sa, sb, _ = _block(k=512)
+    cases = {"torch's layouts": (sa, sb), "row-major scale_a": (sa.contiguous(), sb),
+             "row-major scale_b": (sa, sb.contiguous()), "scale_b of K/128 + 1 rows": (sa, torch.ones(2, 5).t()),
+             "scale_a of one column too many": (torch.ones(5, 16).t(), sb)}
+    for name, (x, y) in cases.items():
+        if _meta_accepts(a, b, x, y, monkeypatch):
+            with pytest.warns(mmaemu.UnrecordedKernelWarning):
+                mmaemu.scaled_mm_v2(a, b, x, B1, y, B128, kernel=KERNEL)
+        else:
+            with pytest.raises(mmaemu.ReferenceRejectsError, match="For 1x128 x 128x128 blockwise scaling"):
+                mmaemu.scaled_mm_v2(a, b, x, B1, y, B128, kernel=KERNEL)
+            with pytest.raises(mmaemu.ReferenceRejectsError):
+                mmaemu.scaled_mm_v2(a, b, x, B1, y, B128)  # torch's check first, then "not modelled"
+    assert _meta_accepts(a, b, sa, sb, monkeypatch) and not _meta_accepts(a, b, sa.contiguous(), sb, monkeypatch)
+
+
+def test_block_recipe_refusals_name_what_the_models_lack() -> None:
+    a, b, sa, sb, _ = _block()
+    bias = torch.zeros(256, dtype=torch.bfloat16)
+    for kwargs, what in (({"bias": bias}, "a bias"), ({"use_fast_accum": True}, "use_fast_accum=True"),
+                         ({"out": torch.empty(16, 256, dtype=torch.bfloat16)}, "out=")):
+        with pytest.raises(mmaemu.UnsupportedFeatureError, match=f"with {what}: the block kernel models take none"):
+            mmaemu.scaled_mm_v2(a, b, sa, B1, sb, B128, kernel=KERNEL, **kwargs)
+    a2, b2 = _operands(16, 64, 384)
+    with pytest.raises(mmaemu.UnsupportedFeatureError, match="partial 128-blocks are not modelled"):
+        mmaemu.scaled_mm_v2(a2, b2, sa, B1, torch.ones(4, 1), B128, kernel=KERNEL)
+
+
+def test_emulate_serves_the_block_recipe_with_its_kernel() -> None:
+    """torch._scaled_mm_v2 with the recipe under emulate(kernel=...): the named kernel's bits; without: refused."""
+    a, b, sa, sb, sw = _block()
+    args = (a, b, [sa], [int(B1.value)], [], [sb], [int(B128.value)], [], None, torch.bfloat16, [], False)
+    with pytest.warns(mmaemu.UnrecordedKernelWarning):
+        with mmaemu.emulate(kernel=KERNEL) as log:
+            got = torch._scaled_mm_v2(*args)
+        want = mmaemu.block_scaled_mm(a, sa.contiguous(), b.t(), sw, kernel=KERNEL)
+    assert_bitwise_equal(got, want)
+    assert log.served == {(16, 256, 384): 1}
+    with pytest.raises(mmaemu.UnsupportedFeatureError, match="pass kernel="):
+        with mmaemu.emulate():
+            torch._scaled_mm_v2(*args)

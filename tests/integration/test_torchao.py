@@ -284,25 +284,88 @@ def _blockwise_fp8_gemm_runs_here(monkeypatch: pytest.MonkeyPatch) -> None:
                                                                     None, None, None))
 
 
-def test_block_wise_is_refused_naming_torchaos_operator(gpu_machine: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Old code: PerBlock([1, 128]) x PerBlock([128, 128]) called ao::blockwise_fp8_gemm natively: 0 served,
-    0 native, no error, even with fallback="raise"."""
+class _BlockCalls(TorchDispatchMode):
+    """Records the plain-tensor arguments of every ao::blockwise_fp8_gemm call that reaches it (a native run)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[torch.Tensor, ...]] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if any(t is not torch.Tensor for t in types):
+            return NotImplemented
+        if func is torch.ops.ao.blockwise_fp8_gemm.default:
+            bound = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+            self.calls.append((*bound, *([kwargs.get("block_size", 128)] if len(bound) == 4 else [])))
+        return func(*args, **kwargs)
+
+
+def _block_model(n: int = 128) -> torch.nn.Module:
     from torchao.quantization import PerBlock
 
-    _blockwise_fp8_gemm_runs_here(monkeypatch)
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(K, K, bias=False), torch.nn.ReLU(),
-                                torch.nn.Linear(K, 128, bias=False)).to(torch.bfloat16)  # N: whole 128-blocks
+    model = torch.nn.Sequential(torch.nn.Linear(K, n, bias=False)).to(torch.bfloat16)  # N: whole 128-blocks
     quantize_(model, Float8DynamicActivationFloat8WeightConfig(granularity=[PerBlock([1, 128]), PerBlock([128, 128])]))
+    return model
+
+
+BLOCK_KERNEL = "triton-block-sm90-wgmma-bk128-fpfusion@triton3.3-3.9"
+
+
+def test_block_wise_without_a_kernel_is_refused_naming_what_to_pass(gpu_machine: None,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Old code: PerBlock([1, 128]) x PerBlock([128, 128]) called ao::blockwise_fp8_gemm natively: 0 served,
+    0 native, no error, even with fallback="raise". Now it is refused without a kernel model, the message naming
+    emulate(kernel=...) and the models that fit torchao's kernel; fallback="native" still runs it, counted."""
+    _blockwise_fp8_gemm_runs_here(monkeypatch)
+    model = _block_model()
     x = _x()
     with torch.no_grad():
-        with pytest.raises(mmaemu.UnsupportedFeatureError, match=r"torch\.ops\.ao\.blockwise_fp8_gemm \(torchao: "):
+        with pytest.raises(mmaemu.UnsupportedFeatureError, match=r"torch\.ops\.ao\.blockwise_fp8_gemm runs a block-scaled "
+                           r"Triton kernel.*emulate\(kernel=\.\.\.\).*triton-block-sm90-wgmma-bk128-fpfusion"):
             with mmaemu.emulate():
                 model(x)
         with mmaemu.emulate(fallback="native") as log:
             got = model(x)
         assert_bitwise_equal(got, model(x))
-    assert log.native == {(M, K, K): 1, (M, 128, K): 1} and log.served_calls == 0
+    assert log.native == {(M, 128, K): 1} and log.served_calls == 0
+
+
+@pytest.mark.parametrize("kernel", [BLOCK_KERNEL, "triton-block-sm89-mma-bk128-fpfusion@triton3.3-3.9"])
+def test_block_wise_is_served_as_the_named_kernel(kernel: str, gpu_machine: None,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """torchao's own quantization and dispatch call ao::blockwise_fp8_gemm with its flattened [M * K/128, 1] activation
+    scales and transposed weight scales; under emulate(kernel=...) the call returns block_scaled_mm's bits of those
+    operands read as torchao's kernel reads them (a_s at m * K/128 + j, b_s at (n // 128) * K/128 + j), warned."""
+    _blockwise_fp8_gemm_runs_here(monkeypatch)
+    model = _block_model(256)
+    x = _x()
+    with torch.no_grad():
+        with _BlockCalls() as capture:
+            native = model(x)
+        with pytest.warns(mmaemu.UnrecordedKernelWarning, match=kernel.replace(".", r"\.")):
+            with mmaemu.emulate(kernel=kernel) as log:
+                got = model(x)
+    assert log.served == {(M, 256, K): 1} and log.native_calls == 0
+    (a, a_s, b, b_s, block), = capture.calls
+    assert block == 128 and tuple(a_s.shape) == (M * K // 128, 1)  # torchao's own layout, read flat
+    with pytest.warns(mmaemu.UnrecordedKernelWarning):
+        want = mmaemu.block_scaled_mm(a.reshape(M, K), a_s.reshape(M, K // 128), b, b_s.reshape(2, K // 128),
+                                      kernel=kernel)
+    assert_bitwise_equal(got, want)
+    assert not bitwise_diff(got, native).equal  # the stand-in's float32 GEMM gives other bits: the call was served
+
+
+def test_block_wise_with_another_kernels_model_is_refused(gpu_machine: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """DeepGEMM's model (or a BLOCK_K = 64 one) is not the kernel torchao runs: refused, naming the ones that are."""
+    _blockwise_fp8_gemm_runs_here(monkeypatch)
+    model = _block_model()
+    with torch.no_grad():
+        for wrong in ("deepgemm-sm90", "triton-block-sm90-wgmma-bk64-fpfusion@triton3.3-3.9"):
+            with pytest.raises(mmaemu.UnsupportedFeatureError, match=r"BLOCK_K = 128, not .*pass one of"):
+                with mmaemu.emulate(kernel=wrong):
+                    model(_x())
 
 
 def test_per_row_through_mslk_is_refused_naming_mslks_operator(gpu_machine: None,

@@ -48,6 +48,26 @@ def test_bench_no_native_skips_only_torchs_scaled_mm(monkeypatch: pytest.MonkeyP
     assert "not timed (--no-native)" in capsys.readouterr().out
 
 
+def test_bench_block_scaled_against_scaled_mm(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--block-scaled``: the kernel model's cpu time over scaled_mm's on the same shape, measured in one run, after its
+    bits are checked against the reference backend; ``--block-scaled KERNEL`` names another model."""
+    pytest.importorskip("numba")
+    out = tmp_path / "bench.json"
+    assert main(["bench", "--shape", "16x64x256", "--repeat", "1", "--no-native", "--block-scaled", "--json",
+                 str(out)]) == 0
+    block = json.loads(out.read_text())["results"][0]["block_scaled"]
+    assert block["kernel"] == "deepgemm-sm90" and block["cpu_s"] > 0 and block["scaled_mm_cpu_s"] > 0
+    assert block["over_scaled_mm"] == block["cpu_s"] / block["scaled_mm_cpu_s"]
+    assert "block-scaled as deepgemm-sm90" in capsys.readouterr().out
+    sm89 = "triton-block-sm89-mma-bk64-nofpfusion@triton3.3-3.9"
+    assert main(["bench", "--shape", "16x64x256", "--repeat", "1", "--no-native", "--block-scaled", sm89, "--json",
+                 str(out)]) == 0
+    assert json.loads(out.read_text())["results"][0]["block_scaled"]["kernel"] == sm89
+    with pytest.raises(SystemExit):
+        main(["bench", "--block-scaled", "no-such-kernel"])
+    assert "is not a block-scaled kernel model" in capsys.readouterr().err
+
+
 def test_bench_refuses_to_time_unequal_bits(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """A backend whose bits differ from the reference's is never timed: exit 1, the reason on stderr."""
     pytest.importorskip("numba")
