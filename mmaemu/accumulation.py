@@ -272,7 +272,7 @@ def pairwise_steps(parts: int) -> tuple[tuple[int, ...], ...]:
       added in index order (57).
 
     The rule replays all 514 pairwise records (62,836 outputs, S = 2 to 16, 20, 24, 32) with 0
-    mismatches. ``python tools/pairwise_rules.py`` replays every candidate above on every record;
+    mismatches. ``python tools/evidence/pairwise_rules.py`` replays every candidate above on every record;
     ``tests/tools/test_pairwise_rules.py`` checks these counts and record ids. For S = 17..19, 21..23 and 25..31 no record exists: the rule is extended to them
     by the same construction, unverified.
 

@@ -413,7 +413,8 @@ def run(shapes: list[tuple[int, int, int]], *, repeat: int, configs: bool, first
 
 
 def command_line(shapes: list[tuple[int, int, int]], *, repeat: int, configs: bool, first_call: bool,
-                 json_path: str | None, profile: str = "hopper", zoo: bool = False, native: bool = True) -> str:
+                 json_path: str | None, profile: str = "hopper", zoo: bool = False, native: bool = True,
+                 block_kernel: str | None = None) -> str:
     """The ``python -m mmaemu bench`` command that runs this benchmark (written into its JSON, so that a page
     quoting the figures quotes the command that measured them)."""
     words = ["python", "-m", "mmaemu", "bench"]
@@ -424,6 +425,8 @@ def command_line(shapes: list[tuple[int, int, int]], *, repeat: int, configs: bo
     words += ["--repeat", str(repeat)]
     words += [flag for flag, on in (("--configs", configs), ("--zoo", zoo), ("--first-call", first_call),
                                     ("--no-native", not native)) if on]
+    if block_kernel is not None:
+        words += ["--block-scaled", block_kernel]
     if json_path:
         words += ["--json", json_path]
     return shlex.join(words)
@@ -464,7 +467,8 @@ def main_bench(shapes: list[tuple[int, int, int]], *, repeat: int, configs: bool
         return 2
     if json_path:
         report["command"] = command_line(shapes, repeat=repeat, configs=configs, first_call=first_call,
-                                         json_path=json_path, profile=profile, zoo=zoo, native=native)
+                                         json_path=json_path, profile=profile, zoo=zoo, native=native,
+                                         block_kernel=block_kernel)
         report["numba"] = importlib.metadata.version("numba")  # importable: the cpu backend ran
         try:
             with open(json_path, "w") as fh:

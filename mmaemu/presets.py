@@ -187,7 +187,7 @@ ADA = Preset(
 # outputs of both files, h100_e4m3.npz and b200_e4m3.npz, 5,000 of 5,000 each, with the fp16 HMMA of
 # the zoo (B = 16, F = 25, rounded to nearest even fp16); the same steps with the fp32 HMMA, then c
 # added in fp32, also give the B200's 5,000 fp32 outputs. The alternatives fail hundreds to
-# thousands of vectors each (tools/zoo_fit.py, docs/data/zoo_fit.json).
+# thousands of vectors each (tools/evidence/zoo_fit.py, docs/data/zoo_fit.json).
 B200_MMA_SYNC = Preset(
     "b200_mma_sync",
     block_size=32,
@@ -271,7 +271,7 @@ def _zoo(arch: Architecture, fmt: WideFormat, block: int, frac: int, evidence: s
 
 
 # [Note: zoo presets] One structure fits all 65,000 recorded dot products (hw-vectors/zoo/, WMMA with
-# c loaded; tools/zoo_fit.py reruns the fit): the block's E is the largest unnormalised product
+# c loaded; tools/evidence/zoo_fit.py reruns the fit): the block's E is the largest unnormalised product
 # exponent e(a) + e(b) (and c's, floored at -126), every term (c included) is truncated toward zero to
 # a multiple of 2**(E - F), and the exact sum is truncated to fp32 (or rounded to nearest even for
 # an fp16 accumulator). F = 23 + the extra alignment bits: V100 23, A100 and Ada 24, H100 and B200

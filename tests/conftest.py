@@ -22,7 +22,7 @@ SHARED = evidence_root()
 HW_VECTORS = SHARED / "hw-vectors"
 RECORDINGS = SHARED / "recordings"
 
-# ``HYPOTHESIS_PROFILE=mutants`` (set by tools/mutants.py): report the first failing example
+# ``HYPOTHESIS_PROFILE=mutants`` (set by tools/evidence/mutants.py): report the first failing example
 # without shrinking it; a mutant only needs to fail, and shrinking slow-model cases takes minutes.
 settings.register_profile("mutants", phases=[Phase.explicit, Phase.reuse, Phase.generate])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
@@ -136,21 +136,29 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def tool_path(name: str) -> Path:
+    """The script ``tools/<group>/<name>.py`` (or ``tools/<name>.py``): the tools are grouped by purpose."""
+    found = sorted(ROOT.glob(f"tools/{name}.py")) + sorted(ROOT.glob(f"tools/*/{name}.py"))
+    assert len(found) == 1, f"tools/**/{name}.py: {found}"
+    return found[0]
+
+
 def load_tool(name: str) -> "types.ModuleType":
-    """Import ``tools/<name>.py`` as a module (the tools are scripts, not a package)."""
+    """Import a tool script (see :func:`tool_path`) as a module (the tools are scripts, not a package)."""
     import importlib.util
     import sys
 
-    sys.path.insert(0, str(ROOT / "tools"))
+    path = tool_path(name)
+    sys.path.insert(0, str(path.parent))
     try:
-        spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
+        spec = importlib.util.spec_from_file_location(name, path)
         assert spec and spec.loader
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module  # dataclasses look their module up
         spec.loader.exec_module(module)
         return module
     finally:
-        sys.path.remove(str(ROOT / "tools"))
+        sys.path.remove(str(path.parent))
 
 
 @pytest.fixture(scope="module")
@@ -190,7 +198,7 @@ def emulated_recording(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-# -- the evidence replayed once: outcomes of the record replays, for tools/validation_report.py --outcomes -------------
+# -- the evidence replayed once: outcomes of the record replays, for tools/docs/validation_report.py --outcomes -------------
 
 #: Test functions whose cases are recorded evidence (one record or table each); their outcomes are logged.
 EVIDENCE_TESTS = frozenset({"test_dot_record", "test_gemm_record", "test_pairwise_record", "test_call_record",

@@ -1,7 +1,7 @@
 """Where the hardware evidence is, and how to read its record files (one home for both).
 
 ``MMAEMU_SHARED`` when set; else the shared folder beside the repository (``../shared``) when it exists;
-else the repository's own copy, ``evidence/`` (``tools/import_evidence.py`` made it; a test checks that
+else the repository's own copy, ``evidence/`` (``tools/evidence/import_evidence.py`` made it; a test checks that
 it equals ``../shared`` wherever both exist). A record file is ``records.jsonl`` or, in ``evidence/``,
 ``records.jsonl.gz``.
 """

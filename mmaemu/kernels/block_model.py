@@ -221,7 +221,7 @@ DEEPGEMM_SM90 = BlockKernelModel(
 # ``accumulator = tl.zeros(...)``; per k-tile ``accumulator += tl.dot(a, b) * a_s[:, None] * b_s[None, :]``
 # (masked loads ``other=0.0`` for the K tail); ``c = accumulator.to(C.dtype.element_ty)``. Compiled on this
 # CPU with Triton 3.3.1, 3.6.0 and 3.9.0 for sm_90 and sm_89 (all three kernels compiled, the same instructions
-# in each; tools/block_fp8_static.py compiles torchao's with 3.6.0 and 3.9.0 and checks the instruction,
+# in each; tools/evidence/block_fp8_static.py compiles torchao's with 3.6.0 and 3.9.0 and checks the instruction,
 # the chain, the first scale and the fusion below, docs/data/block_fp8_static.json):
 #   - ``tl.dot`` without an accumulator starts from a zero splat: on sm_90 with BLOCK_M >= 64 TTGIR
 #     ``ttng.warp_group_dot ..., %zero, %false {maxNumImpreciseAcc = 1073741824}``, PTX BLOCK_K / 32 chained
@@ -250,7 +250,7 @@ DEEPGEMM_SM90 = BlockKernelModel(
 _TRITON_SOURCE = ("vllm 0.10.0 fp8_utils.py 460-546 (_w8a8_block_fp8_matmul); deepseek-ai/DeepSeek-V3 9b4e9788 "
                   "inference/kernel.py 118-172 (fp8_gemm_kernel); torchao 0.18.0 torchao/kernel/"
                   "blockwise_quantization.py 63-109 (blockwise_fp8_gemm_kernel); compiled by Triton 3.3.1, 3.6.0 "
-                  "and 3.9.0 for sm_90 and sm_89 (tools/block_fp8_static.py)")
+                  "and 3.9.0 for sm_90 and sm_89 (tools/evidence/block_fp8_static.py)")
 _TRITON_RANGE = "triton3.3-3.9"
 _PATHS = {"wgmma": (KernelArch.SM90, HOPPER, Operands.FP8), "hmma": (KernelArch.SM90, ZOO[(Architecture.HOPPER,
           WideFormat.FP16)], Operands.FP16), "mma": (KernelArch.SM89, ADA, Operands.FP8)}

@@ -9,7 +9,7 @@ their messages (:mod:`mmaemu.platforms.splitk`), the inference rules bound to it
 (:data:`mmaemu.platforms.table.SHIPPED_TABLES`) and the row-wise kernels' refusals.
 
 Adding a shipped GPU is one record in :data:`GPUS` and its table's two files in ``mmaemu/data/splitk``
-(``tools/convert_splitk.py`` writes them and prints their sha256 for ``table_sha256``); at run time,
+(``tools/evidence/convert_splitk.py`` writes them and prints their sha256 for ``table_sha256``); at run time,
 :func:`mmaemu.platforms.profiles.register_gpu` takes a record and its table. An unknown key is an
 :class:`~mmaemu.errors.UnknownNameError`.
 """
@@ -108,8 +108,8 @@ class ReferenceGpu:
 # 004: 114 SMs, cuBLASLt 12.8.3.14, torch 2.7.1; the table's info records the same GPU, SM count, capability
 # and cuBLASLt); the RTX 4060's are recordings/rtx4060's and its table's (24 SMs, capability 8.9). The split
 # families are [Note: split families] (mmaemu/split.py), the presets [Note] blocks of mmaemu/presets.py. The
-# sha256 are those of the files tools/convert_splitk.py writes from recordings/splitk (the conversion is
-# byte for byte reproducible: ``tools/convert_splitk.py --check``); ``.gitattributes`` marks them -text.
+# sha256 are those of the files tools/evidence/convert_splitk.py writes from recordings/splitk (the conversion is
+# byte for byte reproducible: ``tools/evidence/convert_splitk.py --check``); ``.gitattributes`` marks them -text.
 _SHIPPED = (
     ReferenceGpu(
         key="h100", name="NVIDIA H100 PCIe", architecture=Architecture.SM90, sm_count=114, cublaslt="12.8.3.14",

@@ -3,7 +3,7 @@
 A recorded table decides only the shapes it holds. The rules here decide some shapes it does not hold,
 each from a mechanism of cuBLAS's split-K and within the domain its evidence covers. Every rule is
 checked against every row of its table (:func:`check_rule`: the rows it makes a claim about, and how
-many of those claims the recorded row contradicts; ``tools/shape_grid.py --rules`` prints them, and
+many of those claims the recorded row contradicts; ``tools/evidence/shape_grid.py --rules`` prints them, and
 ``tests/unit/test_inference.py`` requires 0). Fitting every record does not make a rule true: an inferred
 decision is ``verified=False`` and warns (:class:`~mmaemu.errors.InferredSplitWarning`), and
 ``MMAEMU_SPLITK_STRICT=1`` refuses it.

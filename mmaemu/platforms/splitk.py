@@ -4,7 +4,7 @@
 
 1. ``table``: the call's row in the table recorded on the profile's GPU (cuBLASLt's heuristic
    queried with torch 2.7.1's descriptor; ``mmaemu/data/splitk``, converted by
-   ``tools/convert_splitk.py``);
+   ``tools/evidence/convert_splitk.py``);
 2. ``workspace0``: without a workspace cuBLAS never splits (653,400 H100 queries, none split);
 3. ``live-query``: on the reference platform itself, cuBLASLt's heuristic is asked
    (:mod:`mmaemu.platforms.cublaslt`); never elsewhere;
@@ -202,7 +202,7 @@ def split_warnings(profile: Profile, problem: Problem, decision: SplitDecision) 
 # The H100 envelope was fitted on the split-K sweep, whose grid reached M from 1 to 16,384 and N from 16
 # to 2^20; its report lists larger M or N as extrapolated in M*N and untested (seeds 004, "What this does
 # not show"; seeds 000: "were not tested"; the recording's envelope assumption 4, carried into the
-# table's ``info["envelope"]`` as ``M_range`` and ``N_range`` by tools/convert_splitk.py). There the
+# table's ``info["envelope"]`` as ``M_range`` and ``N_range`` by tools/evidence/convert_splitk.py). There the
 # decision keeps S = 1 (the bits do not change) but is ``extrapolated`` and ``verified=False`` with an
 # UnvalidatedEnvelopeWarning: no hardware query backs it, as none backs an inference rule, whose domain
 # stops at the same M and N (mmaemu/platforms/inference.py). A fitted envelope that records no range is

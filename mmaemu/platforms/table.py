@@ -11,7 +11,7 @@ one-byte *setting* code and sorted within it by a 63-bit *key*:
 - columns: ``key`` (int64), ``setting_start`` (int64, 257 entries: rows of setting ``s`` are
   ``setting_start[s]:setting_start[s+1]``), ``S`` and ``custom``, and any further per-row columns.
 
-The shipped tables (``mmaemu/data/splitk``, written by ``tools/convert_splitk.py``), the recorder's
+The shipped tables (``mmaemu/data/splitk``, written by ``tools/evidence/convert_splitk.py``), the recorder's
 ``heuristics.npz`` and the replay all go through this module.
 
 A shipped table's id (:data:`SHIPPED_TABLES`, pinned by the reference GPUs' records) always names the
@@ -273,7 +273,7 @@ def write_table(directory: Path, stem: str, arrays: Mapping[str, np.ndarray], in
 
 # [Note: the shipped tables' sha256] Each shipped reference GPU's record (:data:`mmaemu.platforms.gpus.GPUS`)
 # pins the sha256 of its table's ``<table_id>.npz`` and ``<table_id>.json`` in ``mmaemu/data/splitk`` as
-# ``tools/convert_splitk.py`` writes them from ``recordings/splitk``. :meth:`SplitTable.load` refuses a shipped
+# ``tools/evidence/convert_splitk.py`` writes them from ``recordings/splitk``. :meth:`SplitTable.load` refuses a shipped
 # file with another sha256, so an edited or damaged installation cannot speak for the reference GPUs.
 #: The shipped split-K tables: id -> (sha256 of its ``.npz``, sha256 of its ``.json``), from the GPU records.
 SHIPPED_TABLES: Mapping[str, tuple[str, str]] = MappingProxyType({

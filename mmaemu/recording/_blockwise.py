@@ -21,7 +21,7 @@ pair of candidates of each model gives a different output somewhere (:func:`bloc
   scales ``p`` and ``q``: with two roundings per step, ``rn(rn(p q) 3)``, ``rn(rn(3 p) q)`` and ``rn(rn(3 q) p)``
   (the three orders) differ in their last bits, which the cancellation leaves.
 
-``tools/block_probes.py`` runs them on a GPU with the kernel installed and writes a recording (its
+``tools/probes/block_probes.py`` runs them on a GPU with the kernel installed and writes a recording (its
 ``probes.json`` entry ``block_probes`` and arrays ``bp_*`` in ``probes.npz``); ``python -m mmaemu replay``
 reads them back (:func:`block_results`, every field checked) and reports which candidates reproduce every
 output (:func:`fitting_block_models`).
@@ -44,7 +44,7 @@ from ._records import Section
 __all__ = ["BLOCK_GRID", "BLOCK_SECTIONS", "BlockProbe", "BlockResult", "block_document", "block_probes",
            "block_results", "block_section", "block_separation", "computed_block", "fitting_block_models"]
 
-#: The grid name of a recording of block probes alone (``tools/block_probes.py``): its environment and probes
+#: The grid name of a recording of block probes alone (``tools/probes/block_probes.py``): its environment and probes
 #: sections are all a replay requires (no cuBLASLt table, no live call).
 BLOCK_GRID = "block-probes"
 BLOCK_SECTIONS = (Section.ENVIRONMENT, Section.PROBES)

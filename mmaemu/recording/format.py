@@ -7,7 +7,7 @@ A recording (written by ``python -m mmaemu record``, :mod:`mmaemu.recording.reco
   ``budget`` it ran under, ``sections`` (environment, heuristics, probes, calls: complete, partial,
   skipped) and ``files`` (sha256 of every data file, so that a replay notices a changed file);
 - ``heuristics.npz`` + ``heuristics.json``: cuBLASLt's decisions in the binary split-K table format of
-  :mod:`mmaemu.platforms.table` (the same writer as ``tools/convert_splitk.py``), with extra
+  :mod:`mmaemu.platforms.table` (the same writer as ``tools/evidence/convert_splitk.py``), with extra
   columns ``reduction``, ``workspace`` (bytes the algorithm needs) and ``part`` (:class:`Part`);
 - ``calls.jsonl`` + ``calls.npz``: live ``torch._scaled_mm`` calls, one JSON object per line
   (:class:`CallRecord`: shape, formats, scales, the seed its inputs are generated from, the heuristic's

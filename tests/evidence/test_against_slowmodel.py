@@ -316,7 +316,7 @@ def test_combination_order_probes_up_to_32_parts(backend: str, scheme: str, s: i
 def test_the_pairwise_order_on_every_backend(backend: str) -> None:
     """One order-sensitive pairwise split (S = 7) on every backend, the Triton interpreter included, against the
     slow model: the one definition of the combination order (accumulation.combination_steps) is what every
-    backend computes, so a fault in it fails each of them (tools/mutants.py, every_backend)."""
+    backend computes, so a fault in it fails each of them (tools/evidence/mutants.py, every_backend)."""
     s = 7
     for e, p, m in ((0, 1, 5), (1, 2, 6), (1, 4, 0)):  # placements where pairwise and serial give other bits
         case = dict(fa="e4m3", fb="e4m3", preset="ada", fast=True, split=(s, "pairwise"), **_tri_probe(s, "pairwise", e, p, m))

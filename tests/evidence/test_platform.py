@@ -96,7 +96,7 @@ def test_shipped_tables_match_a_fresh_conversion() -> None:
     import sys
     from pathlib import Path
 
-    tool = Path(__file__).resolve().parents[2] / "tools" / "convert_splitk.py"
+    tool = Path(__file__).resolve().parents[2] / "tools" / "evidence" / "convert_splitk.py"
     done = subprocess.run([sys.executable, str(tool), "--check", "--recordings", str(RECORDINGS / "splitk")],
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
@@ -231,7 +231,7 @@ def test_default_profile_from_environment(monkeypatch: pytest.MonkeyPatch) -> No
 
 
 def test_lookup_agrees_with_lookup_many() -> None:
-    """Not timed (tools/bench_splitk.py is the benchmark): the scalar and vectorised lookups find the same rows."""
+    """Not timed (tools/measure/bench_splitk.py is the benchmark): the scalar and vectorised lookups find the same rows."""
     table = SplitTable.load("heur_h100pcie_lt12.8.3.14")
     s = Setting(E4, E4, OutFormat.BFLOAT16, True, WS_BYTES[1]).code
     row = table.lookup(s, 64, 5760, 1920)

@@ -3,7 +3,7 @@
 Every file replays with 0 mismatches on the preset of its architecture (5,000 of 5,000 each; the
 fp16 files also with the fp16 accumulator), and each file discriminates: one fraction bit fewer or
 more, a block half the recorded length, c added after the products by a rounded fp32 addition, or a
-rounded instead of truncated block sum each fail hundreds of its vectors (tools/zoo_fit.py has the
+rounded instead of truncated block sum each fail hundreds of its vectors (tools/evidence/zoo_fit.py has the
 counts). The FP8 files keep replaying (tests/evidence/test_hw_vectors.py).
 """
 
@@ -92,7 +92,7 @@ def test_architectures_are_not_interchangeable() -> None:
 def test_zoo_fit_tool_reports_zero_for_every_shipped_preset(tmp_path: Path) -> None:
     if not ZOO_DIR.exists():
         pytest.skip(f"hardware evidence not found at {ZOO_DIR} (a clone without ../shared)")
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools" / "evidence"))
     import zoo_fit
 
     out = tmp_path / "fit.json"

@@ -23,7 +23,7 @@ TOOLS = Path(__file__).resolve().parents[2] / "tools"
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    spec = importlib.util.spec_from_file_location("block_probes_hostile", TOOLS / "block_probes.py")
+    spec = importlib.util.spec_from_file_location("block_probes_hostile", TOOLS / "probes" / "block_probes.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module

@@ -59,6 +59,7 @@ def test_bench_block_scaled_against_scaled_mm(tmp_path: Path, capsys: pytest.Cap
     assert block["kernel"] == "deepgemm-sm90" and block["cpu_s"] > 0 and block["scaled_mm_cpu_s"] > 0
     assert block["over_scaled_mm"] == block["cpu_s"] / block["scaled_mm_cpu_s"]
     assert "block-scaled as deepgemm-sm90" in capsys.readouterr().out
+    assert "--block-scaled deepgemm-sm90 --json" in json.loads(out.read_text())["command"]  # the command that measured it
     sm89 = "triton-block-sm89-mma-bk64-nofpfusion@triton3.3-3.9"
     assert main(["bench", "--shape", "16x64x256", "--repeat", "1", "--no-native", "--block-scaled", sm89, "--json",
                  str(out)]) == 0

@@ -1,4 +1,4 @@
-"""tools/block_fp8_static.py: the Triton block-FP8 kernel's compiled code holds what the block kernel models assume.
+"""tools/evidence/block_fp8_static.py: the Triton block-FP8 kernel's compiled code holds what the block kernel models assume.
 
 The committed analysis (docs/data/block_fp8_static.json: torchao 0.18's ``blockwise_fp8_gemm_kernel`` compiled
 for sm_90 and sm_89 by Triton 3.6.0 and the newest) is checked against every Triton model of
@@ -25,7 +25,7 @@ TOOLS = Path(__file__).resolve().parents[2] / "tools"
 
 
 def _tool() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("block_fp8_static", TOOLS / "block_fp8_static.py")
+    spec = importlib.util.spec_from_file_location("block_fp8_static", TOOLS / "evidence" / "block_fp8_static.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
@@ -84,8 +84,8 @@ def test_the_installed_triton_compiles_what_is_committed(tmp_path: Path) -> None
     out = tmp_path / "fresh.json"
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_DEFAULT_FP_FUSION"] = "1"  # Triton 3.9's warning about its future default, silenced; same behaviour
-    run = subprocess.run([sys.executable, str(TOOLS / "block_fp8_static.py"), "--json", str(out)], capture_output=True,
+    run = subprocess.run([sys.executable, str(TOOLS / "evidence" / "block_fp8_static.py"), "--json", str(out)], capture_output=True,
                          text=True, env=env, timeout=900, check=False)
     assert run.returncode == 0, run.stdout + run.stderr
     fresh = json.loads(out.read_text())["by_triton"][triton.__version__]
-    assert fresh == stored["by_triton"][triton.__version__], "stale: run python tools/block_fp8_static.py --json ..."
+    assert fresh == stored["by_triton"][triton.__version__], "stale: run python tools/evidence/block_fp8_static.py --json ..."

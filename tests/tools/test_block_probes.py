@@ -1,4 +1,4 @@
-"""tools/block_probes.py: the block probes separate every pair of each model's candidates, and a recording of them
+"""tools/probes/block_probes.py: the block probes separate every pair of each model's candidates, and a recording of them
 (written as a GPU with the kernel would write it, the GPU emulated here by a candidate) replays to that candidate."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ DATA = Path(__file__).resolve().parents[2] / "docs" / "data" / "block_probes.jso
 
 
 def tool() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("block_probes_tool", TOOLS / "block_probes.py")
+    spec = importlib.util.spec_from_file_location("block_probes_tool", TOOLS / "probes" / "block_probes.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module

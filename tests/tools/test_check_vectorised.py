@@ -1,4 +1,4 @@
-"""tools/check_vectorised.py: the cpu backend's inner loops compile to SIMD instructions."""
+"""tools/measure/check_vectorised.py: the cpu backend's inner loops compile to SIMD instructions."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from types import ModuleType
 import pytest
 from conftest import load_tool
 
-TOOL = Path(__file__).resolve().parents[2] / "tools" / "check_vectorised.py"
+TOOL = Path(__file__).resolve().parents[2] / "tools" / "measure" / "check_vectorised.py"
 
 
 def _tool() -> ModuleType:

@@ -53,13 +53,13 @@ def test_the_profiles_table_lists_the_registry() -> None:
 
 def test_the_repositorys_evidence_is_the_recorded_evidence() -> None:
     """evidence/ (what a clone replays) holds exactly the shared folder's files where that folder exists, and every
-    file its manifest names has the recorded sha256 (tools/import_evidence.py --check)."""
+    file its manifest names has the recorded sha256 (tools/evidence/import_evidence.py --check)."""
     import subprocess
     import sys
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    done = subprocess.run([sys.executable, str(root / "tools" / "import_evidence.py"), "--check"], capture_output=True,
+    done = subprocess.run([sys.executable, str(root / "tools" / "evidence" / "import_evidence.py"), "--check"], capture_output=True,
                           text=True, check=False, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
 
@@ -75,6 +75,6 @@ def test_the_report_from_a_runs_outcomes_fails_on_a_record_not_passed(tmp_path: 
     root = Path(__file__).resolve().parents[2]
     outcomes = tmp_path / "outcomes.json"
     outcomes.write_text(json.dumps({"format": "mmaemu-evidence-outcomes/1", "outcomes": {}}))
-    done = subprocess.run([sys.executable, str(root / "tools" / "validation_report.py"), "--check", "--outcomes",
+    done = subprocess.run([sys.executable, str(root / "tools" / "docs" / "validation_report.py"), "--check", "--outcomes",
                            str(outcomes)], capture_output=True, text=True, check=False, timeout=600)
     assert done.returncode == 1 and "not run in the test run" in done.stdout, done.stdout[-2000:]

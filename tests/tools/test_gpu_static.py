@@ -1,4 +1,4 @@
-"""tools/gpu_static.py: the SASS reader on a hand-written listing, and one target compiled as CI
+"""tools/evidence/gpu_static.py: the SASS reader on a hand-written listing, and one target compiled as CI
 runs it, equal to the committed docs/data/gpu_static.json."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ TOOLS = Path(__file__).resolve().parents[2] / "tools"
 
 
 def _tool() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gpu_static", TOOLS / "gpu_static.py")
+    spec = importlib.util.spec_from_file_location("gpu_static", TOOLS / "evidence" / "gpu_static.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
@@ -90,7 +90,7 @@ def test_the_realistic_model_on_a_hand_written_row() -> None:
 
 _ATTRS = """
 import sys
-sys.path.insert(0, "tools")
+sys.path.insert(0, "tools/evidence")
 import gpu_static as gs
 v = gs.Variant("hopper", 32, 13, 128, 128, 8, "chain_gemm_native", True, dot_k=128)
 names = gs.kernel_function(v).arg_names
@@ -124,18 +124,18 @@ def test_one_target_as_ci_runs_it_equals_the_committed_report(tmp_path: Path) ->
         pytest.skip(f"triton {triton.__version__} is not among the analysed versions {stored['triton']}")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     out = tmp_path / "gpu_static.json"
-    run = subprocess.run([sys.executable, str(TOOLS / "gpu_static.py"), "--targets", "sm_90", "--no-sweep",
+    run = subprocess.run([sys.executable, str(TOOLS / "evidence" / "gpu_static.py"), "--targets", "sm_90", "--no-sweep",
                           "--json", str(out)], capture_output=True, text=True, env=env, timeout=900, check=False)
     assert run.returncode == 0, run.stdout + run.stderr
     report = json.loads(out.read_text())
     mine = stored["by_triton"][triton.__version__]
     fresh = gs.version_summary(report)
     for name, rows in fresh["variants"].items():
-        assert rows["sm_90"] == mine["variants"][name]["sm_90"], f"{name} stale: run python tools/gpu_static.py"
+        assert rows["sm_90"] == mine["variants"][name]["sm_90"], f"{name} stale: run python tools/evidence/gpu_static.py"
     for key in ("estimates", "realistic", "estimates_rz", "realistic_rz"):
         assert fresh[key]["H200"] == mine[key]["H200"], key
     if triton.__version__ == stored["triton_version"]:
-        assert report["targets"]["sm_90"] == stored["targets"]["sm_90"], "stale: run python tools/gpu_static.py"
+        assert report["targets"]["sm_90"] == stored["targets"]["sm_90"], "stale: run python tools/evidence/gpu_static.py"
 
 
 def _launched(gs: ModuleType, stored: dict[str, object]) -> set[str]:

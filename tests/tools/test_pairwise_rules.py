@@ -1,6 +1,6 @@
 """The evidence behind the pairwise combination rule (``[Note: pairwise combination]``).
 
-``tools/pairwise_rules.py`` combines the recorded RTX 4060 pairwise splits' part results by each
+``tools/evidence/pairwise_rules.py`` combines the recorded RTX 4060 pairwise splits' part results by each
 candidate rule; mmaemu's must reproduce every record, and each rejected candidate must fail on
 the records the note names. Runs on every pairwise record (about 15 s with the cpu backend).
 """

@@ -1,4 +1,4 @@
-"""docs/performance.md shows figures only from the bench file it names (tools/performance_tables.py), and
+"""docs/performance.md shows figures only from the bench file it names (tools/docs/performance_tables.py), and
 docs/data/ keeps only the current runs, named by what they are."""
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def test_the_bench_file_holds_its_command_and_machine() -> None:
 
 def test_docs_data_keeps_only_what_the_docs_cite() -> None:
     """Every file of docs/data is cited by a page or by the tool that writes it, and none is named by a commit."""
-    cited = "\n".join(p.read_text() for p in [ROOT / "README.md", *(ROOT / "docs").glob("*.md"), *(ROOT / "tools").glob("*.py")])
+    cited = "\n".join(p.read_text() for p in [ROOT / "README.md", *(ROOT / "docs").glob("*.md"), *(ROOT / "tools").rglob("*.py")])
     files = sorted(p for p in (ROOT / "docs" / "data").iterdir() if p.is_file())
     assert files
     for path in files:

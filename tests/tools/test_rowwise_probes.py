@@ -1,4 +1,4 @@
-"""tools/rowwise_probes.py: the recorder's row-wise probes separate every pair of row-wise kernel candidates, and
+"""tools/probes/rowwise_probes.py: the recorder's row-wise probes separate every pair of row-wise kernel candidates, and
 docs/data/rowwise_probes.json holds the counts the tool computes now."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _tool():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("rowwise_probes_tool", ROOT / "tools" / "rowwise_probes.py")
+    spec = importlib.util.spec_from_file_location("rowwise_probes_tool", ROOT / "tools" / "probes" / "rowwise_probes.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

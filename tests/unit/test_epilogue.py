@@ -53,7 +53,7 @@ _any_scale = st.one_of(_fp32, st.integers(0x3F000000, 0x40000000))
 @example(acc=0x80000000, sa=0x71800000, sb=0x71800000, out="e4m3")  # -0 times an alpha that overflows: NaN
 def test_the_epilogue_without_a_bias_is_exact(acc: int, sa: int, sb: int, out: str) -> None:
     """alpha = RN32(scale_a * scale_b), then fma(acc, alpha, +0) rounded to fp32 and to the output: bits of the
-    slow model, for arbitrary finite fp32 accumulators and scales (the tools/mutants.py epilogue mutants run
+    slow model, for arbitrary finite fp32 accumulators and scales (the tools/evidence/mutants.py epilogue mutants run
     this first)."""
     scalar = lambda bits: torch.tensor(bits, dtype=torch.int64).to(torch.int32).view(torch.float32)  # noqa: E731
     y = epilogue(scalar([acc]), scalar(sa), scalar(sb), out_dtype=_OUTS[out])

@@ -53,7 +53,7 @@ def test_every_shipped_profile_reads_its_gpus_record() -> None:
 
 def test_the_records_agree_with_their_shipped_tables() -> None:
     """Each record's name, SM count, capability and cuBLASLt are those its table's info recorded on the GPU
-    (tools/convert_splitk.py copies them from the recording), and its sha256 pins are the shipped pins."""
+    (tools/evidence/convert_splitk.py copies them from the recording), and its sha256 pins are the shipped pins."""
     base = resources.files("mmaemu") / "data" / "splitk"
     for gpu in GPUS.values():
         info = json.loads((base / f"{gpu.table_id}.json").read_bytes())

@@ -1,4 +1,4 @@
-"""The shape-grid report (tools/shape_grid.py): docs/data/shape_grid.json and its table in docs/profiles.md are
+"""The shape-grid report (tools/evidence/shape_grid.py): docs/data/shape_grid.json and its table in docs/profiles.md are
 current, count every shape of each grid once, and list no shipped rule a recorded row contradicts."""
 
 from __future__ import annotations

@@ -484,7 +484,7 @@ def test_scaled_mm_with_an_explicit_split() -> None:
 
 _COMPILE = r"""
 import re, sys
-sys.path.insert(0, "tools")
+sys.path.insert(0, "tools/evidence")
 import gpu_static as gs
 for kernel in ("chain_gemm", "chain_gemm_rz"):
     for block in (32, 16):

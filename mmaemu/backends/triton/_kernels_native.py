@@ -53,7 +53,7 @@ if triton is not None:
 
         [Note: offsets] The tile's base is 64-bit (``row0 * stride`` may pass 2**31), the offsets inside a
         tile 32-bit (the launcher checks ``BLOCK_M * stride_a < 2**31``): 64-bit offset tensors cost two
-        registers per address, and with them this kernel spills on sm_90 with Triton 3.6 (tools/gpu_static.py
+        registers per address, and with them this kernel spills on sm_90 with Triton 3.6 (tools/evidence/gpu_static.py
         reports the registers of every launched variant with each Triton version; tests/tools/test_gpu_static.py
         checks that none spills).
         """

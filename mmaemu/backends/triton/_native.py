@@ -55,7 +55,7 @@ __all__ = [
 ]
 
 #: The tile: two warpgroups, one FP8 wgmma of 64 x 128 per warpgroup and k step; ptxas reports no spills on
-#: sm_90 with Triton 3.6 and 3.9 (tools/gpu_static.py, docs/data/gpu_static.json).
+#: sm_90 with Triton 3.6 and 3.9 (tools/evidence/gpu_static.py, docs/data/gpu_static.json).
 NATIVE_GPU_CONFIG = TileConfig(128, 128, 8)
 #: k per ``tl.dot``: four of the instruction's K = 32 blocks chained on the accumulator (no FADD between
 #: them: the same arithmetic as four dots of 32), and one slow-accumulation chain.

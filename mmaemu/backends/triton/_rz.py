@@ -47,7 +47,7 @@ __all__ = [
 ]
 
 #: Default on GPUs for the second formulation: 64 outputs per thread, two accumulators each; chosen
-#: with tools/gpu_static.py (the fewest SASS instructions per multiply-accumulate without spills on
+#: with tools/evidence/gpu_static.py (the fewest SASS instructions per multiply-accumulate without spills on
 #: sm_90, docs/data/gpu_static.json). Its speed is unmeasured.
 RZ_GPU_CONFIG = TileConfig(128, 64, 4)
 #: The same for the general specialisation (several chains or parts: slow accumulation, split-K),
@@ -55,7 +55,7 @@ RZ_GPU_CONFIG = TileConfig(128, 64, 4)
 RZ_GENERAL_GPU_CONFIG = TileConfig(128, 32, 4)
 #: Tiles :func:`choose_launch` picks from when the default tile leaves SMs idle (few outputs), largest
 #: first: 32 rows and 64 columns per warp, the layout in which each issues about 7 SASS instructions per
-#: multiply-accumulate without spills on every target (tools/gpu_static.py; 16 x 16 on one warp or
+#: multiply-accumulate without spills on every target (tools/evidence/gpu_static.py; 16 x 16 on one warp or
 #: 32 x 32 on four issue about 70, and 32 x 32 on one warp spills on sm_80, sm_86 and sm_100).
 SMALL_GRID_TILES: tuple[TileConfig, ...] = (TileConfig(128, 64, 4), TileConfig(64, 64, 2), TileConfig(32, 64, 1))
 #: Programs one SM runs at once in :func:`choose_launch`'s cost model (the one-chain kernel uses about 176

@@ -10,8 +10,8 @@ combination]``; ``tests/tools/test_pairwise_rules.py`` checks it on the records 
 
 Usage::
 
-    python tools/pairwise_rules.py            # every pairwise record (about 3 minutes on 2 cores)
-    python tools/pairwise_rules.py --ids ID…  # only these records
+    python tools/evidence/pairwise_rules.py            # every pairwise record (about 3 minutes on 2 cores)
+    python tools/evidence/pairwise_rules.py --ids ID…  # only these records
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import mmaemu
 from mmaemu.accumulation import pairwise_steps, plan_accumulation
 from mmaemu.split import Scheme, SplitK
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 from evidence import evidence_root, read_records  # noqa: E402
 
 SHARED = evidence_root()

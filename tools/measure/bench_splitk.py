@@ -1,6 +1,6 @@
 """Benchmark of the shipped split-K tables: load time, lookup time, resolve_splitk time.
 
-Usage: ``python tools/bench_splitk.py [--json out.json]``. Reports figures; asserts nothing.
+Usage: ``python tools/measure/bench_splitk.py [--json out.json]``. Reports figures; asserts nothing.
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ show a figure no run measured, and a new run is one command away from the page.
 
 Usage::
 
-    python tools/performance_tables.py          # rewrite the generated sections of docs/performance.md
-    python tools/performance_tables.py --check  # exit 1 if they are stale
+    python tools/docs/performance_tables.py          # rewrite the generated sections of docs/performance.md
+    python tools/docs/performance_tables.py --check  # exit 1 if they are stale
 
 A section sits between ``<!-- bench:NAME:start ... -->`` and ``<!-- bench:NAME:end -->``; NAME is one of
 :data:`SECTIONS`. To publish a new run: ``python -m mmaemu bench ... --json docs/data/FILE.json``, point
@@ -25,10 +25,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "performance.md"
 #: The one current bench run the page shows (written by ``python -m mmaemu bench --json``).
 SOURCE = ROOT / "docs" / "data" / "bench_cpu_avx512.json"
+#: The current ``bench --block-scaled`` run: block_scaled_mm against scaled_mm, interleaved in one run.
+BLOCK_SOURCE = ROOT / "docs" / "data" / "bench_block_scaled.json"
 
 _SECTION = re.compile(r"(<!-- bench:(?P<name>[a-z-]+):start[^>]*-->\n)(?P<body>.*?)(<!-- bench:(?P=name):end -->)", re.S)
 
@@ -119,9 +121,24 @@ def reference(data: dict[str, Any]) -> list[str]:
     return lines
 
 
+def block_scaled(data: dict[str, Any]) -> list[str]:
+    """``block_scaled_mm`` against ``scaled_mm`` on the same operands, from :data:`BLOCK_SOURCE` (its own run)."""
+    block = json.loads(BLOCK_SOURCE.read_text())
+    cite = f"`{BLOCK_SOURCE.relative_to(ROOT).as_posix()}`"
+    kernel = block["results"][0]["block_scaled"]["kernel"]
+    lines = [f"`{kernel}` against `{block['results'][0]['config']}`, measured with mmaemu {block['version']}, torch "
+             f"{block['torch']}, {block['threads']} threads, on `{block['cpu']}`:", "",
+             f"| M, N, K ({cite}) | block_scaled_mm | / scaled_mm (wall) | / scaled_mm (process CPU time) |", "|---|---|---|---|"]
+    for row in block["results"]:
+        b = row["block_scaled"]
+        lines.append(f"| {_shape(row)} | {_ms(b['cpu_s'])} | {b['over_scaled_mm']:.2f}x | {b['over_scaled_mm_process']:.2f}x |")
+    return lines + ["", "<!-- docs-test: skip a timing run -->", "```", block["command"], "```"]
+
+
 #: The generated sections, by the name their markers carry.
 SECTIONS: dict[str, Callable[[dict[str, Any]], list[str]]] = {
-    "machine": machine, "cpu": cpu, "zoo": zoo, "first-call": first_call, "reference": reference}
+    "machine": machine, "cpu": cpu, "zoo": zoo, "first-call": first_call, "reference": reference,
+    "block-scaled": block_scaled}
 
 
 def render(text: str, data: dict[str, Any]) -> str:
@@ -144,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     want = render(text, data)
     if args.check:
         if want != text:
-            print(f"{PAGE.relative_to(ROOT)} is stale: run python tools/performance_tables.py", file=sys.stderr)
+            print(f"{PAGE.relative_to(ROOT)} is stale: run python tools/docs/performance_tables.py", file=sys.stderr)
             return 1
         return 0
     PAGE.write_text(want)

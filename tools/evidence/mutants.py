@@ -8,12 +8,12 @@ output) is listed with the reason and is not run.
 
 Usage::
 
-    python tools/mutants.py              # the CI sample (every third mutant; under 10 minutes)
-    python tools/mutants.py --all        # every mutant
-    python tools/mutants.py --list       # the catalogue
-    python tools/mutants.py --only ID... # chosen mutants
-    python tools/mutants.py --json F     # also write the results (with --only: update them in F)
-    python tools/mutants.py --jobs N     # N mutants at a time, each in its own copy (default: 2, or 1 on one core)
+    python tools/evidence/mutants.py              # the CI sample (every third mutant; under 10 minutes)
+    python tools/evidence/mutants.py --all        # every mutant
+    python tools/evidence/mutants.py --list       # the catalogue
+    python tools/evidence/mutants.py --only ID... # chosen mutants
+    python tools/evidence/mutants.py --json F     # also write the results (with --only: update them in F)
+    python tools/evidence/mutants.py --jobs N     # N mutants at a time, each in its own copy (default: 2, or 1 on one core)
 
 Exit status 0 only when every non-equivalent mutant that ran was killed (and none is malformed).
 The copies live in a temporary directory (one per job): the working tree is never modified.
@@ -34,7 +34,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 from evidence import evidence_root  # noqa: E402
 

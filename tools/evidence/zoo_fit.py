@@ -20,7 +20,7 @@ that a mechanism could suggest instead (:data:`FP8_ALTERNATIVES` names and descr
 A zero count under an alternative means the vectors do not tell it from the shipped preset. Writes
 ``docs/data/zoo_fit.json`` (or ``--out``); runs in about half a minute.
 
-    python tools/zoo_fit.py
+    python tools/evidence/zoo_fit.py
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 from evidence import evidence_root
@@ -214,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  {'alternative':28s}" + "".join(f"{r['file'].split('_')[0]:>7s}" for r in fp8_rows))
     for name in names:
         print(f"  {name:28s}" + "".join(f"{r['fp16_accumulator'][name]:7d}" for r in fp8_rows))  # type: ignore[index]
-    args.out.write_text(json.dumps({"source": "tools/zoo_fit.py", "files": rows,
+    args.out.write_text(json.dumps({"source": "tools/evidence/zoo_fit.py", "files": rows,
                                     "fp8_fp16_accumulator": {"alternatives": FP8_ALTERNATIVES, "files": fp8_rows}},
                                    indent=1) + "\n")
     zoo_ok = all(r["fp32"]["shipped"] == 0 and r.get("fp16_accumulator", {"shipped": 0})["shipped"] == 0  # type: ignore[index]

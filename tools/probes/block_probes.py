@@ -2,11 +2,11 @@
 
 Usage::
 
-    python tools/block_probes.py                      # per base model: candidates, pairs, differing outputs
-    python tools/block_probes.py --json FILE          # also every pair's count (docs/data/block_probes.json)
-    python tools/block_probes.py record DIR --runner deepgemm                       # an H100/H800 with DeepGEMM
-    python tools/block_probes.py record DIR --runner torchao --base MODEL            # torchao's Triton kernel
-    python tools/block_probes.py record DIR --runner vllm --base MODEL              # vLLM's Triton kernel
+    python tools/probes/block_probes.py                      # per base model: candidates, pairs, differing outputs
+    python tools/probes/block_probes.py --json FILE          # also every pair's count (docs/data/block_probes.json)
+    python tools/probes/block_probes.py record DIR --runner deepgemm                       # an H100/H800 with DeepGEMM
+    python tools/probes/block_probes.py record DIR --runner torchao --base MODEL            # torchao's Triton kernel
+    python tools/probes/block_probes.py record DIR --runner vllm --base MODEL              # vLLM's Triton kernel
     python -m mmaemu replay DIR                       # which candidate reproduces every output
 
 ``record`` runs the probes of :mod:`mmaemu.recording._blockwise` (E4M3 operands, fp32 scales, bf16 outputs) with
@@ -34,7 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402

@@ -13,8 +13,8 @@ This tool puts them in ``evidence/`` in the project's compact form, value for va
 
 Usage::
 
-    python tools/import_evidence.py            # (re)write evidence/ from ../shared (or MMAEMU_SHARED)
-    python tools/import_evidence.py --check    # exit 1 unless evidence/ holds exactly ../shared's content
+    python tools/evidence/import_evidence.py            # (re)write evidence/ from ../shared (or MMAEMU_SHARED)
+    python tools/evidence/import_evidence.py --check    # exit 1 unless evidence/ holds exactly ../shared's content
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import shutil
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EVIDENCE = ROOT / "evidence"
 _CHOSEN = os.environ.get("MMAEMU_SHARED", "").strip()
 SOURCE = Path(_CHOSEN) if _CHOSEN and Path(_CHOSEN).resolve() != EVIDENCE.resolve() else ROOT.parent / "shared"
@@ -82,7 +82,7 @@ def check(source: Path) -> list[str]:
         held = {e["original"]: e["original_sha256"] for e in manifest.values()}
         for rel in sorted(set(originals) | set(held)):
             if originals.get(rel) != held.get(rel):
-                problems.append(f"{rel}: differs between {source} and evidence/ (rerun tools/import_evidence.py)")
+                problems.append(f"{rel}: differs between {source} and evidence/ (rerun tools/evidence/import_evidence.py)")
     return problems
 
 

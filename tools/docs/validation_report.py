@@ -7,16 +7,16 @@ Runs, through the same functions the test suite uses:
   on every backend available here) and the ``call`` records (the API contract);
 - every row of both split-K tables, resolved by the shipped tables;
 - the differential test (cpu backend against reference backend, CI size);
-- the mutation tier's last full run (docs/data/mutants.json, written by ``tools/mutants.py --all
+- the mutation tier's last full run (docs/data/mutants.json, written by ``tools/evidence/mutants.py --all
   --json docs/data/mutants.json``), checked against the current catalogue;
 - the device report, if one exists (docs/data/device_report.json).
 
 Usage::
 
-    python tools/validation_report.py           # rewrite docs/validation.md
-    python tools/validation_report.py --check   # exit 1 if the page is stale, or a figure in docs/
+    python tools/docs/validation_report.py           # rewrite docs/validation.md
+    python tools/docs/validation_report.py --check   # exit 1 if the page is stale, or a figure in docs/
                                                 # lacks an evidence reference
-    python tools/validation_report.py --check --outcomes F  # the same, with the record replays' outcomes
+    python tools/docs/validation_report.py --check --outcomes F  # the same, with the record replays' outcomes
                                                 # of a test run (MMAEMU_EVIDENCE_LOG=F pytest) instead of
                                                 # replaying them again: what CI runs
 
@@ -44,9 +44,9 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "evidence"), str(ROOT / "tests" / "unit")]  # the replays' modules
-sys.path.insert(0, str(ROOT / "tools"))
+sys.path.insert(0, str(ROOT / "tools" / "evidence"))  # mutants.py
 
 import mmaemu  # noqa: E402
 from mmaemu.testing import bitwise_diff  # noqa: E402
@@ -54,7 +54,7 @@ from mmaemu.testing import bitwise_diff  # noqa: E402
 PAGE = ROOT / "docs" / "validation.md"
 MUTANTS_JSON = ROOT / "docs" / "data" / "mutants.json"
 DEVICE_JSON = ROOT / "docs" / "data" / "device_report.json"
-COMMAND = "python tools/validation_report.py"
+COMMAND = "python tools/docs/validation_report.py"
 
 
 def _value_class(t: torch.Tensor) -> list[str]:
@@ -83,7 +83,7 @@ def hardware_vectors() -> list[str]:
                      f"{diff.total - diff.differing:,} | {by_class} |")
     lines += ["", "The same files' fp16-accumulator outputs (`d_fp16acc_bits`: `mma.sync.m16n8k32` with an fp16",
               "accumulator on each GPU, c rounded to fp16), replayed through `mmaemu.model.dot` with an fp16 `c`",
-              "(`tests/evidence/test_hw_vectors.py`; the alternatives each rule was told apart from: `python tools/zoo_fit.py`).", "",
+              "(`tests/evidence/test_hw_vectors.py`; the alternatives each rule was told apart from: `python tools/evidence/zoo_fit.py`).", "",
               "| file | preset | records | outputs equal (fp16 bit patterns) |", "|---|---|---|---|"]
     for name, preset in hw.FP16_FILES:
         differing, total = hw.replay_fp16(name, preset)
@@ -97,7 +97,7 @@ def zoo_vectors() -> list[str]:
     lines = ["## Hardware vectors: the zoo (fp16, bf16, tf32)", "",
              "Each file: 5,000 dot products (K = 4, 8 or 16) recorded with WMMA on a GPU, replayed through",
              "`mmaemu.model.dot` on the preset of its architecture (`tests/evidence/test_zoo_vectors.py`; the neighbouring",
-             "models each fail hundreds, `python tools/zoo_fit.py`, docs/data/zoo_fit.json).", "",
+             "models each fail hundreds, `python tools/evidence/zoo_fit.py`, docs/data/zoo_fit.json).", "",
              "| file | preset | instruction (B, F) | records | outputs equal (fp32 accumulator) | fp16 accumulator |",
              "|---|---|---|---|---|---|"]
     for name in zoo.FILES:
@@ -170,7 +170,7 @@ def rtx4060() -> list[str]:
         failures += bad
         lines.append(f"| `call` and error `gemm` (API contract) | `{backend}` | {n:,} | - | {len(bad)} |")
     lines += ["", "The pairwise combination rule and the candidate rules these records reject: "
-              "`python tools/pairwise_rules.py` (`tests/tools/test_pairwise_rules.py`).", ""]
+              "`python tools/evidence/pairwise_rules.py` (`tests/tools/test_pairwise_rules.py`).", ""]
     schemes = Counter("none" if isinstance(rec.splitk_of(r), int) else rec.splitk_of(r)[1] for r in rec.GEMMS)  # type: ignore[index]
     outs = Counter(r["out_dtype"] for r in rec.GEMMS)
     lines += ["`gemm` records by split scheme: " + ", ".join(f"{k} {v:,}" for k, v in sorted(schemes.items())) + ";",
@@ -230,8 +230,8 @@ def mutation_tier() -> list[str]:
     import mutants
 
     lines = ["## Mutation tier", "",
-             "Deliberate breakages of the arithmetic (`tools/mutants.py`); each must make its tests fail.",
-             "Results of the last full run (`python tools/mutants.py --all --json docs/data/mutants.json`); CI",
+             "Deliberate breakages of the arithmetic (`tools/evidence/mutants.py`); each must make its tests fail.",
+             "Results of the last full run (`python tools/evidence/mutants.py --all --json docs/data/mutants.json`); CI",
              "reruns a sample (every third mutant) on each change.", ""]
     if not MUTANTS_JSON.exists():
         return lines + ["No full run recorded yet.", ""]
@@ -332,7 +332,7 @@ def device() -> list[str]:
 
 
 PROFILES_PAGE = ROOT / "docs" / "profiles.md"
-_MARK_START = "<!-- profiles-table:start (generated from the registry by tools/validation_report.py) -->"
+_MARK_START = "<!-- profiles-table:start (generated from the registry by tools/docs/validation_report.py) -->"
 _MARK_END = "<!-- profiles-table:end -->"
 
 
@@ -428,11 +428,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     status = 0
     if PROFILES_PAGE.read_text() != profiles_text:
-        print("the profiles table in docs/profiles.md is stale; rerun `python tools/validation_report.py`")
+        print("the profiles table in docs/profiles.md is stale; rerun `python tools/docs/validation_report.py`")
         status = 1
     committed = PAGE.read_text() if PAGE.exists() else ""
     if committed != text:
-        print("docs/validation.md is stale; rerun `python tools/validation_report.py`:")
+        print("docs/validation.md is stale; rerun `python tools/docs/validation_report.py`:")
         sys.stdout.writelines(difflib.unified_diff(committed.splitlines(True), text.splitlines(True),
                                                    "committed", "regenerated"))
         status = 1

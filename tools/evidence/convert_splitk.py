@@ -2,8 +2,8 @@
 
 Usage::
 
-    python tools/convert_splitk.py [--recordings ../shared/recordings/splitk] [--out mmaemu/data/splitk]
-    python tools/convert_splitk.py --check    # exit 1 if the shipped data differ from a fresh conversion
+    python tools/evidence/convert_splitk.py [--recordings ../shared/recordings/splitk] [--out mmaemu/data/splitk]
+    python tools/evidence/convert_splitk.py --check    # exit 1 if the shipped data differ from a fresh conversion
 
 For each table ``heur_<gpu>_lt<version>`` it writes:
 
@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from mmaemu.platforms.table import (  # noqa: E402 - the package's one home of the table encoding
     KEY_DESCRIPTION,

@@ -2,9 +2,9 @@
 
 Usage::
 
-    python tools/block_fp8_static.py                      # compile, check, print (the installed Triton)
-    python tools/block_fp8_static.py --json F             # also write the analysis, merged with F's other versions
-    /other/python tools/block_fp8_static.py --json F --source PATH   # another Triton (PATH: torchao's file)
+    python tools/evidence/block_fp8_static.py                      # compile, check, print (the installed Triton)
+    python tools/evidence/block_fp8_static.py --json F             # also write the analysis, merged with F's other versions
+    /other/python tools/evidence/block_fp8_static.py --json F --source PATH   # another Triton (PATH: torchao's file)
 
 The kernel is torchao 0.18's ``blockwise_fp8_gemm_kernel`` (``torchao/kernel/blockwise_quantization.py``, the
 ``ao::blockwise_fp8_gemm`` operator: DeepSeek-V3's ``fp8_gemm_kernel`` with a bucketed M), read from the
@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 JSON = REPO / "docs" / "data" / "block_fp8_static.json"
 FUNCTION = "blockwise_fp8_gemm_kernel"
 
@@ -293,7 +293,7 @@ def merge(report: dict[str, Any], stored: dict[str, Any] | None) -> dict[str, An
     by = dict((stored or {}).get("by_triton", {}))
     by[report["triton"]] = {"function": report["function"], "lines": report["lines"], "variants": report["variants"]}
     versions = sorted(by, key=lambda s: tuple(int(x) for x in s.split(".")[:3]))
-    return {"generated_by": "python tools/block_fp8_static.py --json docs/data/block_fp8_static.json",
+    return {"generated_by": "python tools/evidence/block_fp8_static.py --json docs/data/block_fp8_static.json",
             "kernel": "torchao 0.18.0 torchao/kernel/blockwise_quantization.py " + FUNCTION,
             "triton": versions, "triton_version": versions[-1], "by_triton": {k: by[k] for k in versions}}
 

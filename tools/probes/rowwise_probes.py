@@ -7,8 +7,8 @@ outputs whose bits differ. A pair with 0 would be a pair a recording cannot tell
 
 Usage::
 
-    python tools/rowwise_probes.py                 # summary
-    python tools/rowwise_probes.py --json FILE     # also every pair's count (docs/data/rowwise_probes.json: per
+    python tools/probes/rowwise_probes.py                 # summary
+    python tools/probes/rowwise_probes.py --json FILE     # also every pair's count (docs/data/rowwise_probes.json: per
                                                    # profile, the candidates' names and the matrix of counts)
 """
 
@@ -19,7 +19,7 @@ import json
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from mmaemu.platforms.profiles import get_profile  # noqa: E402

@@ -2,12 +2,12 @@
 
 Usage::
 
-    python tools/gpu_static.py                       # every target; writes docs/data/gpu_static.json
-    python tools/gpu_static.py --targets sm_90 --no-sweep --no-write   # one target, print only (CI)
-    python tools/gpu_static.py --check               # exit 1 if docs/data/gpu_static.json is stale
-    /other/python tools/gpu_static.py --json /tmp/old.json             # another Triton's analysis, then
-    python tools/gpu_static.py --also /tmp/old.json  # the newest's, with the other's beside it
-    python tools/gpu_static.py --merge new.json old.json   # or merge two finished analyses
+    python tools/evidence/gpu_static.py                       # every target; writes docs/data/gpu_static.json
+    python tools/evidence/gpu_static.py --targets sm_90 --no-sweep --no-write   # one target, print only (CI)
+    python tools/evidence/gpu_static.py --check               # exit 1 if docs/data/gpu_static.json is stale
+    /other/python tools/evidence/gpu_static.py --json /tmp/old.json             # another Triton's analysis, then
+    python tools/evidence/gpu_static.py --also /tmp/old.json  # the newest's, with the other's beside it
+    python tools/evidence/gpu_static.py --merge new.json old.json   # or merge two finished analyses
 
 For every kernel variant (each preset the Triton backend expresses, with the launch tiles it uses, the
 sm_90 formulation for every FP8 format pair and both accumulation modes, and a few more tiles for
@@ -75,7 +75,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 JSON = REPO / "docs" / "data" / "gpu_static.json"
 
@@ -597,7 +597,7 @@ def analyse(targets: list[str], tile_sweep: bool = True) -> dict[str, Any]:
     import triton
 
     report: dict[str, Any] = {
-        "generated_by": "python tools/gpu_static.py",
+        "generated_by": "python tools/evidence/gpu_static.py",
         "triton": [triton.__version__],
         "triton_version": triton.__version__,
         "shape": list(SHAPE),
@@ -718,7 +718,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         stored = json.loads(args.json.read_text()) if args.json.exists() else None
         if stored != json.loads(text):
-            print(f"{args.json} is stale: run python tools/gpu_static.py", file=sys.stderr)
+            print(f"{args.json} is stale: run python tools/evidence/gpu_static.py", file=sys.stderr)
             return 1
         return 0
     if not args.no_write:

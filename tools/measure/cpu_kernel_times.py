@@ -2,7 +2,7 @@
 
 Run it once per checkout, alternating, on one thread (the shared machine's noise is ~10%)::
 
-    NUMBA_NUM_THREADS=1 MMAEMU_CPU_PORTABLE=1 PYTHONPATH=/path/to/checkout python tools/cpu_kernel_times.py
+    NUMBA_NUM_THREADS=1 MMAEMU_CPU_PORTABLE=1 PYTHONPATH=/path/to/checkout python tools/measure/cpu_kernel_times.py
 
 Each line: the kernel's case, the best CPU time of ``--repeat`` calls after one warm-up call, and
 the first 12 hex digits of the SHA-1 of the result's bits (equal digests: equal bits). The FP8 case

@@ -13,7 +13,7 @@ counts in the machine code:
   kernel's terms, and the count's masked int8 increment (``vpaddb ... {%k}``, not a mask moved
   into a vector and subtracted) (both checked only where the CPU has AVX-512F and AVX-512BW).
 
-Usage: ``python tools/check_vectorised.py``; exits 1 when a loop did not vectorise (x86-64 with
+Usage: ``python tools/measure/check_vectorised.py``; exits 1 when a loop did not vectorise (x86-64 with
 AVX2 or AVX-512 only; other machines exit 0 with a note).
 """
 
