@@ -1,6 +1,6 @@
 """The steps the cpu backend's tiled kernels share, as numba functions inlined into each kernel.
 
-The portable FP8 kernel (:mod:`mmaemu.backends.cpu`) and the two zoo kernels
+The portable FP8 kernel (:mod:`mmaemu.backends._cpu`) and the two zoo kernels
 (:mod:`mmaemu.backends._cpu_zoo`) walk the output in the same (M tile, N tile) tasks and, within a
 block, do the same two passes over its k: the block maximum of the exponent sums, then the
 truncated terms. They differ only in their number types (int8 or int16 exponents; fp32, float64 or

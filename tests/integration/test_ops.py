@@ -176,7 +176,7 @@ def test_operator_and_module_take_the_same_profiles() -> None:
     import dataclasses
 
     from mmaemu.platforms import register_profile, unregister_profile
-    from mmaemu.platforms.profiles import PROFILES
+    from mmaemu.platforms._profiles import PROFILES
 
     mine = dataclasses.replace(PROFILES["hopper"], name="ops-test-hopper")
     register_profile(mine)
