@@ -1,8 +1,8 @@
-"""Every dotted name docs/architecture.md gives in code (``platforms.table.Setting``, ``_host.env_flag``,
+"""Every dotted name docs/architecture.md gives in code (``platforms._table.Setting``, ``_host.env_flag``,
 ``OutFormat.write_nan``, ``mmaemu.kernels._streamk``) names something that exists, so the maintainers' map
 cannot drift from the package as the API reference (generated from the docstrings) cannot.
 
-A name is read relative to ``mmaemu`` (``split.parse_splitk`` is ``mmaemu._split.parse_splitk``); one that
+A name is read relative to ``mmaemu`` (``_split.parse_splitk`` is ``mmaemu._split.parse_splitk``); one that
 starts with a class (``SplitK.text``) is that class of whichever module of the package defines it; ``torch.``,
 ``tl.`` (``triton.language``) and ``np.`` names resolve in those libraries. File names (``pyproject.toml``,
 ``RowwiseScaledMM.cu``) and paths are not dotted names; tests/tools/test_architecture.py checks the modules.
