@@ -10,17 +10,17 @@ the fp32 partial results are added*; the arithmetic of a chain is :mod:`mmaemu.m
   elements *of the part's own k sequence*, added serially from +0); the part results are then
   combined in fp32, round to nearest even:
 
-  - ``contiguous`` (:attr:`~mmaemu._split.SplitFamily.CONTIGUOUS`, 128-wide k-tiles): tiles in contiguous
+  - ``contiguous`` (:attr:`~mmaemu.platforms.SplitFamily.CONTIGUOUS`, 128-wide k-tiles): tiles in contiguous
     runs, part j owns ``[j*C, min((j+1)*C, K))`` with ``C = ceil(ceil(K/128)/S) * 128``; parts added serially.
-  - ``serial`` and ``pairwise`` (:attr:`~mmaemu._split.SplitFamily.ROUND_ROBIN`, 64-wide k-tiles): tiles
+  - ``serial`` and ``pairwise`` (:attr:`~mmaemu.platforms.SplitFamily.ROUND_ROBIN`, 64-wide k-tiles): tiles
     dealt round-robin, tile t to part ``t mod S``; ``serial`` adds the parts in index order, ``pairwise``
     by the steps of :func:`pairwise_steps`.
 
-  The family's facts (dealing, tile width, combination orders) are :class:`~mmaemu._split.SplitFamily`'s;
+  The family's facts (dealing, tile width, combination orders) are :class:`~mmaemu.platforms.SplitFamily`'s;
   this module computes the plan from them.
 
 [Note: empty parts] A part that owns no k-tile contributes +0. In the round-robin family this is
-hardware evidence (:attr:`~mmaemu._split.SplitFamily.empty_parts_recorded`): the RTX 4060 table splits K = 16 three ways (one 64-wide tile), and recorded
+hardware evidence (:attr:`~mmaemu.platforms.SplitFamily.empty_parts_recorded`): the RTX 4060 table splits K = 16 three ways (one 64-wide tile), and recorded
 calls with S = 2 and 3 on a single tile (e.g. ``c4.V1/v1_627``, ``c4.V3/v3_1366``, the
 ``epilogue.*`` records with K = 32) replay with it. In the contiguous family no H100 table row or
 recorded call has a part without a tile: there it is modelled the same way and the plan marks it
@@ -62,9 +62,9 @@ __all__ = [
 
 #: Slow accumulation starts a new chain every 128 elements of K (seeds 001, 002; RTX 4060 recordings).
 SLOW_CHUNK = 128
-#: k-tile width of the contiguous split family (:attr:`mmaemu._split.SplitFamily.tile`).
+#: k-tile width of the contiguous split family (:attr:`mmaemu.platforms.SplitFamily.tile`).
 CONTIGUOUS_TILE = SplitFamily.CONTIGUOUS.tile
-#: k-tile width of the round-robin split family (:attr:`mmaemu._split.SplitFamily.tile`).
+#: k-tile width of the round-robin split family (:attr:`mmaemu.platforms.SplitFamily.tile`).
 ROUND_ROBIN_TILE = SplitFamily.ROUND_ROBIN.tile
 
 

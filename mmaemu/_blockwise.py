@@ -5,7 +5,7 @@ block (``weight_scale_inv``) and activations per 1 x 128 group. Those GEMMs do n
 DeepGEMM (sm_90) or in the Triton block-FP8 kernels that vLLM, SGLang, DeepSeek's reference code and torchao
 ship. :func:`block_scaled_mm` returns, bit for bit, what the kernel a *kernel model* names returns
 (:mod:`mmaemu.kernels._block_model`: ``"deepgemm-sm90"``, ``"triton-block-sm90-wgmma-bk128-fpfusion@triton3.3-3.9"``,
-...), on any backend; :func:`mmaemu._plan.explain_block_scaled` shows the model and its plan without computing.
+...), on any backend; :func:`mmaemu.explain_block_scaled` shows the model and its plan without computing.
 
 Experimental: the models are read from the kernels' source and compiled code, and no hardware output of
 these kernels is recorded anywhere; every call warns (:class:`~mmaemu.errors.UnrecordedKernelWarning`).

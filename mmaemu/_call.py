@@ -1,9 +1,9 @@
-"""The public GEMM entry points: :func:`scaled_mm` and :func:`accumulate` (:func:`mmaemu._plan.explain` reports
+"""The public GEMM entry points: :func:`scaled_mm` and :func:`accumulate` (:func:`mmaemu.explain` reports
 a call's plan without computing it).
 
 The contract (arguments, defaults, what raises) is torch 2.7.1's ``torch._scaled_mm``
 (:mod:`mmaemu._checks`); the arithmetic is :mod:`mmaemu.model`, scheduled by
-:mod:`mmaemu._accumulation`, run by a backend, then :func:`mmaemu._epilogue.epilogue`.
+:mod:`mmaemu._accumulation`, run by a backend, then :func:`mmaemu.epilogue`.
 """
 
 from __future__ import annotations

@@ -38,10 +38,10 @@ class Options:
         """Normalise the three arguments, in this order (the first invalid one raises).
 
         Args:
-            profile: a profile name, a registered :class:`~mmaemu.platforms._profiles.Profile`, or None
+            profile: a profile name, a registered :class:`~mmaemu.Profile`, or None
                 (the default: ``MMAEMU_PROFILE``, else ``"hopper"``).
             splitk: ``"auto"`` (the reference GPU's decision, from evidence), ``1``, ``(S, scheme)`` or a
-                :class:`~mmaemu._split.SplitK`.
+                :class:`~mmaemu.SplitK`.
             backend: a backend name or :class:`~mmaemu.backends.Backend`: ``"auto"`` (per call, the
                 fastest available for the operands' device: ``"cpu"`` for CPU tensors when numba imports,
                 ``"triton"`` for CUDA tensors once its self-test passed on that device, else

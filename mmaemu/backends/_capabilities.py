@@ -2,7 +2,7 @@
 and the tests.
 
 A backend is registered once (:func:`register_backend`; the shipped ones are :data:`SHIPPED`), and every
-list here is derived from the registered :class:`~mmaemu.backends._protocol.Executor` objects: the names
+list here is derived from the registered :class:`~mmaemu.backends.Executor` objects: the names
 ``backend=`` accepts (:func:`parse_backend`), the concrete backends (:data:`CONCRETE`), ``auto``'s order per
 device type (:func:`auto_order`) and what each supports (:func:`supports`). ``python -m mmaemu info`` prints
 the table on this machine; each backend's module says what it needs and where it runs.
@@ -11,7 +11,7 @@ A backend *supports* a call when its requirements are importable, it runs on the
 takes their formats. It runs a preset either *natively* (its own kernel) or by delegating the whole call
 to the reference backend (formats its kernels do not decode, presets they do not express: same bits,
 reference speed). Whether a backend's self-test passed on a device is not a capability: the dispatcher
-(:mod:`mmaemu.backends`) asks it (:meth:`~mmaemu.backends._protocol.Executor.selftest_failure`) before it
+(:mod:`mmaemu.backends`) asks it (:meth:`~mmaemu.backends.Executor.selftest_failure`) before it
 uses the backend there.
 
 Every backend computes fp32 accumulators. The fp16 accumulator (FP8 or fp16 operands) is
@@ -64,11 +64,11 @@ CONCRETE: KeysView[Backend] = EXECUTORS.keys()
 
 def register_backend(executor: Executor) -> None:
     """Register a backend: ``backend="<its name>"`` runs it, ``auto`` considers it for its
-    :attr:`~mmaemu.backends._protocol.Executor.auto_devices` (after those registered before it), and
+    :attr:`~mmaemu.backends.Executor.auto_devices` (after those registered before it), and
     :func:`supports`, ``python -m mmaemu info`` and the tests' differential suite list it.
 
     Raises:
-        TypeError: ``executor`` is not an :class:`~mmaemu.backends._protocol.Executor`.
+        TypeError: ``executor`` is not an :class:`~mmaemu.backends.Executor`.
         ValueError: a backend of that name is registered already (:func:`unregister_backend` it first).
     """
     if not isinstance(executor, Executor):
@@ -103,7 +103,7 @@ del _shipped
 
 def auto_order(device_type: str) -> tuple[Backend, ...]:
     """``auto``'s preference on a device type: the registered backends that name it in their
-    :attr:`~mmaemu.backends._protocol.Executor.auto_devices`, in the order of registration, then
+    :attr:`~mmaemu.backends.Executor.auto_devices`, in the order of registration, then
     :data:`FALLBACK`. The first that supports a call (and passed its self-test) wins."""
     return (*(b for b, e in EXECUTORS.items() if b is not FALLBACK and device_type in e.auto_devices), FALLBACK)
 

@@ -35,7 +35,7 @@ operands go to). Tiles, scratch buffers and the launch guard are
 
 Exactness: chain results and split parts are added in fp32 (IEEE round to nearest even; numba
 without fast-math, so no contraction). Inf codes (E5M2) are zeros in the kernel, and
-:class:`~mmaemu.backends._protocol.Accumulated` says whether one was met: the dispatcher then recomputes
+:class:`~mmaemu.backends.Accumulated` says whether one was met: the dispatcher then recomputes
 the outputs whose row of A or of B holds one by the IEEE rules (the reference backend). NaN codes are
 zero here and the dispatcher applies the NaN rule. A block result of 2**128 or more cannot occur for K < 2**90, so the Inf rule of
 :func:`mmaemu.model.block_fma` needs no code here.

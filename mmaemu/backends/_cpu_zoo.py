@@ -9,7 +9,7 @@ Two kernels compute the same bits as :func:`mmaemu.model.block_fma`. The fp32 ke
 product is exact in fp32, scaled to the block's grid and truncated into int32 terms. Rows of ``a``
 or ``b`` outside that range (bf16 and tf32 only: very large, tiny or subnormal values) are
 recomputed by the float64 kernel (:func:`_kernel_wide`), which takes any exponent. Inf operands
-count as zeros (:attr:`mmaemu.backends._protocol.Accumulated.inf_zeroed` says whether one was met;
+count as zeros (:attr:`mmaemu.backends.Accumulated.inf_zeroed` says whether one was met;
 the dispatcher recomputes their outputs); NaN operands count as zeros and the dispatcher applies
 the NaN rule. The tile walk, the block maxima and the term loop (:mod:`mmaemu.backends._cpu_steps`),
 the combination of split parts and the addition of chain results (:mod:`mmaemu.backends._cpu_fp8`)

@@ -1,7 +1,7 @@
 """What a backend is: its name (:class:`Backend`) and its contract with the dispatcher (:class:`Executor`).
 
 A backend is one module that defines an :class:`Executor` subclass and one instance of it, and one
-registration (:func:`mmaemu.backends._capabilities.register_backend`; the shipped backends are registered
+registration (:func:`mmaemu.backends.register_backend`; the shipped backends are registered
 in :data:`mmaemu.backends._capabilities.SHIPPED`). The executor says:
 
 - its name (:attr:`Executor.backend`), the device types ``backend="auto"`` takes it for
@@ -58,7 +58,7 @@ def _name_of(value: str) -> Backend:
 class Backend(metaclass=_Members):
     """A backend's name, as ``backend=`` takes it: :attr:`AUTO` (chosen per call) or a registered backend's.
 
-    The names form an open set: registering a backend (:func:`mmaemu.backends._capabilities.register_backend`)
+    The names form an open set: registering a backend (:func:`mmaemu.backends.register_backend`)
     makes its name a member. As an enum's members, each name is one object (compared by identity, ``is``),
     ``Backend("cpu")`` is :attr:`CPU` (a ``ValueError`` for a name no backend has), ``.value`` is the
     string and ``for b in Backend`` lists :attr:`AUTO` and the registered backends in their order.

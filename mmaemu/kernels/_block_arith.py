@@ -2,7 +2,7 @@
 
 :func:`block_accumulators` computes the fp32 accumulators of ``a [M, K]`` and ``b [N, K]`` (E4M3) with
 activation scales ``sa [M, ceil(K/128)]`` and weight scales ``sb [ceil(N/128), ceil(K/128)]`` as a
-:class:`~mmaemu.kernels._block_model.BlockKernelModel` says:
+:class:`~mmaemu.kernels.BlockKernelModel` says:
 
 1. K is cut into k-tiles of ``model.k_block`` elements from 0 (the last one shorter: the kernels' masked
    loads and TMA's fill pad it with zeros, which leave a chain unchanged, [Note: padding] in
@@ -11,7 +11,7 @@ activation scales ``sa [M, ceil(K/128)]`` and weight scales ``sb [ceil(N/128), c
    ``slow accumulation`` chain of 128 elements for ``k_block = 128``), computed by the dispatcher
    (:func:`mmaemu.backends.run`, so every backend gives the same bits; the fp16 path converts the codes to
    fp16 first, exactly), or on the cpu backend by the fused kernel :mod:`mmaemu.backends._cpu_block`;
-3. the step of :meth:`~mmaemu.kernels._block_model.BlockKernelModel.formula` adds it into the accumulator in
+3. the step of :meth:`~mmaemu.kernels.BlockKernelModel.formula` adds it into the accumulator in
    ascending t.
 
 [Note: the step, exactly] ``rn(x * y)`` of two fp32 values is their float64 product (exact: 24 + 24 bits)

@@ -10,7 +10,7 @@ their messages (:mod:`mmaemu.platforms._splitk`), the inference rules bound to i
 
 Adding a shipped GPU is one record in :data:`GPUS` and its table's two files in ``mmaemu/data/splitk``
 (``tools/convert_splitk.py`` writes them and prints their sha256 for ``table_sha256``); at run time,
-:func:`mmaemu.platforms._profiles.register_gpu` takes a record and its table. An unknown key is an
+:func:`mmaemu.platforms.register_gpu` takes a record and its table. An unknown key is an
 :class:`~mmaemu.errors.UnknownNameError`.
 """
 
@@ -61,13 +61,13 @@ class ReferenceGpu:
         sm_count: its SM count.
         cublaslt: the cuBLASLt version the evidence was recorded with.
         torch_version: the torch version the evidence was recorded with.
-        split_family: how its cuBLAS splits K (:class:`~mmaemu._split.SplitFamily`).
+        split_family: how its cuBLAS splits K (:class:`~mmaemu.platforms.SplitFamily`).
         preset: its tensor cores' arithmetic.
         profile: the name of its profile through ``torch._scaled_mm``; its Transformer Engine and zero-workspace
             profiles add ``-te`` and ``-ws0`` (:func:`mmaemu.platforms._profiles.profiles_of`).
         table_id: the split-K table recorded on it (None: no table).
         table_sha256: for a shipped GPU, the sha256 of its table's ``.npz`` and ``.json`` in
-            ``mmaemu/data/splitk`` (:meth:`mmaemu.platforms._table.SplitTable.load` refuses other bytes); None for
+            ``mmaemu/data/splitk`` (:meth:`mmaemu.platforms.SplitTable.load` refuses other bytes); None for
             a GPU registered at run time, whose table is registered with it.
         source: where the evidence comes from.
         maturity: validated, or experimental (its profiles warn when used).
@@ -132,7 +132,7 @@ _SHIPPED = (
 #: The shipped reference GPUs by key, in registry order.
 GPUS: Mapping[str, ReferenceGpu] = MappingProxyType({gpu.key: gpu for gpu in _SHIPPED})
 
-#: Reference GPUs registered at run time (:func:`mmaemu.platforms._profiles.register_gpu`).
+#: Reference GPUs registered at run time (:func:`mmaemu.platforms.register_gpu`).
 USER_GPUS: dict[str, ReferenceGpu] = {}
 
 

@@ -6,7 +6,7 @@ family of its cuBLAS and the id of the split-K table recorded on it (:mod:`mmaem
 A reference GPU's profiles are built from its record (:mod:`mmaemu.platforms._gpus`) by :func:`profiles_of`:
 the shipped profiles are :data:`PROFILES`; :func:`register_gpu` adds a GPU and its profiles at run time,
 :func:`register_profile` a user profile (e.g. built from a recording by
-:func:`mmaemu.recording._profile.profile_from_recording`); :func:`get_profile` is the one resolver of a
+:func:`mmaemu.recording.profile_from_recording`); :func:`get_profile` is the one resolver of a
 ``profile=`` argument.
 """
 
@@ -70,11 +70,11 @@ class Profile:
         maturity: validated or experimental (experimental profiles warn when used).
         table_id: the split-K table recorded on this platform (None: no table).
         source: where these numbers come from.
-        evidence: for a profile built from a recording (:func:`mmaemu.recording._profile.profile_from_recording`), what its replay proved.
+        evidence: for a profile built from a recording (:func:`mmaemu.recording.profile_from_recording`), what its replay proved.
         bias_order: where this platform's epilogue adds a bias, when a recording's bias probes decided it;
             None (every shipped profile): not recorded, so a biased call runs the default candidate
-            (:class:`~mmaemu._epilogue.BiasOrder`) with an :class:`~mmaemu.errors.UnverifiedEpilogueWarning`.
-        rowwise_kernel: the name of the row-wise kernel model (:func:`mmaemu.kernels._model.kernel_model`) a
+            (:class:`~mmaemu.BiasOrder`) with an :class:`~mmaemu.errors.UnverifiedEpilogueWarning`.
+        rowwise_kernel: the name of the row-wise kernel model (:func:`mmaemu.kernels.kernel_model`) a
             recording's row-wise probes decided; None (every shipped profile): not recorded, so a row-wise call
             runs the architecture's model from the source (:func:`mmaemu.kernels._model.rowwise_model_for`) with
             an :class:`~mmaemu.errors.UnrecordedKernelWarning`.
@@ -208,12 +208,12 @@ def register_profile(profile: Profile, *, table: SplitTable | None = None, repla
     """Register a user profile (and its table) so that ``profile="<name>"`` and ``MMAEMU_PROFILE`` find it.
 
     A user profile may use a shipped table (its ``table_id`` names it, no ``table`` passed), but never
-    replace one: ``table`` is registered as :func:`~mmaemu.platforms._table.register_table` does, which
+    replace one: ``table`` is registered as :func:`~mmaemu.platforms.register_table` does, which
     refuses a shipped table's id. Nothing is registered when it raises.
 
     Raises:
         TypeError: ``profile`` is not a :class:`Profile`, or ``table`` not a
-            :class:`~mmaemu.platforms._table.SplitTable`.
+            :class:`~mmaemu.platforms.SplitTable`.
         ValueError: the name is a shipped profile's, or already registered and ``replace`` is false;
             ``table`` is not the one the profile names (its ``table_id``), or has a shipped table's id
             (:func:`~mmaemu.platforms._table.check_user_table`); or, without ``table``, the profile's
@@ -248,7 +248,7 @@ def unregister_profile(name: str) -> None:
 
 def register_gpu(gpu: ReferenceGpu, *, table: SplitTable | None = None, replace: bool = False) -> tuple[Profile, ...]:
     """Register a reference GPU at run time, with its split-K table: its three profiles (:func:`profiles_of`)
-    become ``profile=`` names and :func:`~mmaemu.platforms._gpus.reference_gpu` finds its record.
+    become ``profile=`` names and :func:`~mmaemu.platforms.reference_gpu` finds its record.
 
     A shipped GPU is one record in :data:`mmaemu.platforms._gpus.GPUS` and its table's files; this is the same
     record, registered in this process. Nothing is registered when it raises.
@@ -257,8 +257,8 @@ def register_gpu(gpu: ReferenceGpu, *, table: SplitTable | None = None, replace:
         Its profiles, as registered.
 
     Raises:
-        TypeError: ``gpu`` is not a :class:`~mmaemu.platforms._gpus.ReferenceGpu`, or ``table`` not a
-            :class:`~mmaemu.platforms._table.SplitTable`.
+        TypeError: ``gpu`` is not a :class:`~mmaemu.platforms.ReferenceGpu`, or ``table`` not a
+            :class:`~mmaemu.platforms.SplitTable`.
         ValueError: its key is a shipped GPU's, or already registered and ``replace`` is false; it pins
             ``table_sha256`` (only shipped files are pinned: pass the table); a profile name of it is a shipped
             profile's, or already registered and ``replace`` is false; or as :func:`register_profile` for its

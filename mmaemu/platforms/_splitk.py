@@ -97,7 +97,7 @@ class SplitDecision:
     """A split-K decision and what it rests on.
 
     Attributes:
-        parts: number of K parts (1: unsplit), as :attr:`mmaemu._split.SplitK.parts`.
+        parts: number of K parts (1: unsplit), as :attr:`mmaemu.SplitK.parts`.
         scheme: how the parts are combined.
         source: what decided.
         verified: whether hardware evidence backs this decision and its arithmetic.
@@ -127,7 +127,7 @@ class SplitDecision:
 
     @property
     def split(self) -> SplitK:
-        """The decision as a :class:`~mmaemu._split.SplitK`."""
+        """The decision as a :class:`~mmaemu.SplitK`."""
         return SplitK(self.parts, self.scheme)
 
 
@@ -167,7 +167,7 @@ def live_query(profile: Profile, problem: Problem) -> tuple[int, int] | None:
 
 def scheme_for(profile: Profile, s: int, custom: int) -> Scheme:
     """The split scheme of a cuBLASLt decision (S and customOption) on ``profile``'s platform (its split
-    family's rule, :meth:`~mmaemu._split.SplitFamily.scheme_for`)."""
+    family's rule, :meth:`~mmaemu.platforms.SplitFamily.scheme_for`)."""
     return profile.split_family.scheme_for(s, custom)
 
 

@@ -1,8 +1,8 @@
 """The bias probes: biased ``torch._scaled_mm`` calls that tell the two candidate bias epilogues apart.
 
 Where cuBLASLt's epilogue adds a bias is open ([Note: bias] in :mod:`mmaemu._epilogue`): after the scaled
-accumulator was rounded to fp32 (:attr:`~mmaemu._epilogue.BiasOrder.AFTER_SCALE`), or inside the fused
-multiply-add (:attr:`~mmaemu._epilogue.BiasOrder.FUSED`). The two differ where the bias cancels the
+accumulator was rounded to fp32 (:attr:`~mmaemu.BiasOrder.AFTER_SCALE`), or inside the fused
+multiply-add (:attr:`~mmaemu.BiasOrder.FUSED`). The two differ where the bias cancels the
 leading bits of ``acc * alpha`` and the bits that the first rounding dropped become the result. Each probe
 is one 16 x 16 output, K = 16: row ``i`` of ``a`` holds one value ``v_i`` (the rest zero) and every row of
 ``b`` a 1, so ``acc[i, j] = v_i``; ``alpha = fp32(scale_a * scale_b)`` has a long significand

@@ -1,7 +1,7 @@
 """The block probes: block-scaled GEMMs whose outputs tell a block kernel model's candidates apart.
 
 A block-scaled kernel (:mod:`mmaemu.kernels._block_model`: DeepGEMM, the Triton block-FP8 kernels) is modelled
-from its source and compiled code; each choice has candidates (:func:`~mmaemu.kernels._block_model.block_candidates`:
+from its source and compiled code; each choice has candidates (:func:`~mmaemu.kernels.block_candidates`:
 the chain length, the combination, the order of the scales, the fusion, the start). The probes (fixed, bf16
 outputs, E4M3 operands, shapes every modelled kernel takes: N % 64 == 0, K % 128 == 0) are built so that every
 pair of candidates of each model gives a different output somewhere (:func:`block_separation` counts them):

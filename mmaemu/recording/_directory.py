@@ -3,7 +3,7 @@
 A recording is made to be copied between machines, so whoever reads one must assume that anything
 may lie in it: symbolic links to files elsewhere, FIFOs that block a reader, devices, files of
 terabytes. :class:`RecordingDirectory` is the only way the recorder, the replay and
-:func:`~mmaemu.recording._profile.profile_from_recording` touch a recording's files, and it keeps
+:func:`~mmaemu.recording.profile_from_recording` touch a recording's files, and it keeps
 three promises:
 
 - **no name leaves the directory**: a name is one plain path component (letters, digits, ``.``,

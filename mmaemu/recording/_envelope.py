@@ -3,7 +3,7 @@
 Above a bound on M*N (per setting and K) cuBLAS does not split K. :func:`fit_envelope` fits the bounds
 on the training rows only; :func:`validate_envelope` tests them once on the held-out rows
 (:func:`heldout_mask`) that the fit never receives, as the seeds' sweep did. The result is the
-``envelope`` of a table's info, which :func:`mmaemu.platforms._splitk.resolve_splitk` reads.
+``envelope`` of a table's info, which :func:`mmaemu.platforms.resolve_splitk` reads.
 """
 
 from __future__ import annotations

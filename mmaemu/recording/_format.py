@@ -17,7 +17,7 @@ A recording (written by ``python -m mmaemu record``, :mod:`mmaemu.recording._rec
 
 A recording is untrusted input (docs/recording.md, "Threat model"). :meth:`Recording.open` and
 :func:`inspect` are its one reader, shared by the replay and
-:func:`~mmaemu.recording._profile.profile_from_recording`: every file is read once, through
+:func:`~mmaemu.recording.profile_from_recording`: every file is read once, through
 :class:`~mmaemu.recording._directory.RecordingDirectory` (no links, regular files only, bounded sizes),
 hashed, compared with the manifest and parsed from those same bytes; every field is checked for its
 type and range; a live call's declared shape must fit a memory budget (:data:`MAX_CALL_BYTES`) and

@@ -1,7 +1,7 @@
 """A profile from a recording: its table, its fitted envelope, its probes' verdict, its replay's evidence.
 
 :func:`profile_from_recording` turns a recording directory into a
-:class:`~mmaemu.platforms._profiles.Profile` that ``profile=`` accepts; it is validated only when a
+:class:`~mmaemu.Profile` that ``profile=`` accepts; it is validated only when a
 replay of that very recording passed (see its docstring for the full rule).
 """
 
@@ -87,7 +87,7 @@ def profile_from_recording(directory: str | os.PathLike[str] | Recording, *, nam
                            workspace_bytes: int | None = None, preset: str | Preset | None = None,
                            split_family: SplitFamily | None = None, report: Mapping[str, Any] | None = None,
                            register: bool = False, verdict: ProbeVerdict | None = None) -> Profile:
-    """A :class:`~mmaemu.platforms._profiles.Profile` whose split-K table is a recording's.
+    """A :class:`~mmaemu.Profile` whose split-K table is a recording's.
 
     The table holds every recorded heuristic row. Its envelope is fitted on the training rows and
     tested once on the held-out ones (:func:`heldout_mask`). The preset and split family are the probes'
@@ -96,18 +96,18 @@ def profile_from_recording(directory: str | os.PathLike[str] | Recording, *, nam
     preset and at least one live call was replayed; otherwise ``experimental``. The report must be
     attested (:mod:`mmaemu.recording._attestation`: written by this user's replay, unedited). "This very recording"
     means these bytes: the report names the digest of the files' content it replayed
-    (:attr:`~mmaemu.recording._format.Recording.digest`), and the files are read and hashed again here,
+    (:attr:`~mmaemu.recording.Recording.digest`), and the files are read and hashed again here,
     so a file edited after the replay (resealed or not) never yields a validated profile.
     ``profile.evidence`` and ``profile.source`` say what was proven.
 
     Args:
-        directory: the recording directory, or a :class:`~mmaemu.recording._format.Recording` already read.
+        directory: the recording directory, or a :class:`~mmaemu.recording.Recording` already read.
         name: registry name (default ``"rec-<gpu>-<digest[:8]>"``).
         workspace_bytes: the caller's workspace (default: the recording's torch workspace).
         preset: an FP8 preset (a name or a :class:`~mmaemu.presets.Preset`) to use instead of the probes' verdict.
         split_family: a :class:`~mmaemu.platforms._profiles.SplitFamily` to use instead of the probes' verdict.
         report: a replay report (default: ``replay.json`` in the directory, if present).
-        register: also :func:`~mmaemu.platforms._profiles.register_profile` it (with its table).
+        register: also :func:`~mmaemu.platforms.register_profile` it (with its table).
         verdict: the probes' verdict, when already computed (:func:`mmaemu.recording._verdict.verdict_from_recording`).
 
     Raises:

@@ -8,14 +8,14 @@ The report (``DIR/replay.json`` and a summary on stdout) says:
   (or ``--preset``) and the split the heuristic chose, equal or not, by class (split or unsplit, random
   or adversarial); its inputs are regenerated and checked against their recorded sha256; calls whose
   two GPU runs differed are reported as nondeterministic; a call torch refused must be refused too;
-- **heuristics**: every recorded row reproduced by :func:`mmaemu.platforms._splitk.resolve_splitk` under a
+- **heuristics**: every recorded row reproduced by :func:`mmaemu.platforms.resolve_splitk` under a
   profile built from the recording, the live calls' decisions equal to the table's, the envelope's
   held-out test, and, when the GPU, SM count and cuBLASLt version are a registered reference GPU's
   (:func:`mmaemu.platforms._gpus.gpu_of`), the rows equal to that GPU's table (drift).
 
 Before anything else, the arguments are checked (an unknown or unusable ``backend``, an unknown
 ``preset``: :class:`ValueError`, nothing read or written). The recording is then read by the one
-strict reader, :func:`mmaemu.recording._format.inspect`, as untrusted input: a link, a special file or
+strict reader, :func:`mmaemu.recording.inspect`, as untrusted input: a link, a special file or
 a damaged manifest in the directory is a :class:`~mmaemu.errors.RecordingDamagedError` (nothing
 written); a data file that changed since it was sealed, is unsealed, oversized, or does not parse
 (truncated, corrupt, a mistyped field, a call declaring a shape past the memory budget) is reported by

@@ -1,7 +1,7 @@
 """The row-wise probes: row-wise ``torch._scaled_mm`` calls whose outputs tell the row-wise kernel's candidates apart.
 
 A row-wise call runs torch 2.7.1's CUTLASS kernel (:mod:`mmaemu.kernels`), whose choices are read from
-its source; each choice has candidates (:func:`mmaemu.kernels._model.candidates`: the order of the two
+its source; each choice has candidates (:func:`mmaemu.kernels.candidates`: the order of the two
 scales, one rounding or two for the second multiply and the bias, what is added without a bias, the
 slow accumulation's chains, and on sm_89 stream-K's division of K). The probes (fixed: every GPU runs the
 same calls, bf16 outputs) are built so that every pair of candidates of each kernel gives a different

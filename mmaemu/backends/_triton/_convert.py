@@ -61,7 +61,7 @@ def _decode_k_major(x: torch.Tensor, perm: torch.Tensor | None) -> tuple[torch.T
 def accumulate_convert(a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: AccumulationPlan, flat: FlatPlan,
                        config: TileConfig) -> Accumulated:
     """fp32 ``[M, N]`` accumulators with the first formulation, one program per ``config`` tile (Inf codes
-    counted as zeros: :attr:`~mmaemu.backends._protocol.Accumulated.inf_zeroed`)."""
+    counted as zeros: :attr:`~mmaemu.backends.Accumulated.inf_zeroed`)."""
     m, n = a.shape[0], b.shape[0]
     chain_starts, part_starts, order, role = flat.chain_starts, flat.part_chains, flat.order, flat.role
     perm = None if flat.identity else flat.k_order.to(a.device)
