@@ -114,7 +114,7 @@ def test_an_index_of_another_source_compiles_and_says_so(fresh_decisions: Path,
     _fresh_transpose(True)(src, dst)
     folder = _numba_cache.trusted_folder(cpu.__file__)
     assert folder is not None
-    (index,) = folder.glob("cpu._transpose_codes-*.nbi")
+    (index,) = folder.glob("_cpu._transpose_codes-*.nbi")
     with open(index, "rb") as f:
         version = pickle.load(f)
         stamp, overloads = pickle.loads(f.read())
@@ -361,7 +361,7 @@ def test_an_open_cache_folder_is_not_used_and_the_warning_says_how_to_fix_it(fre
 def test_a_cache_file_others_can_write_disables_the_cache(fresh_decisions: Path, mode: int) -> None:
     folder = fresh_decisions / "numba" / caching_subpath()
     folder.mkdir(parents=True, mode=0o700)
-    planted = folder / "cpu._decode_rows-133.py311.nbi"
+    planted = folder / "_cpu._decode_rows-133.py311.nbi"
     planted.write_bytes(b"")
     os.chmod(planted, mode)
     with pytest.warns(UntrustedCacheWarning, match=rf"{planted} is writable by others"):
