@@ -1,5 +1,5 @@
 """A griffe extension for the API page (mkdocs.yml): the package's docstrings cite code with Sphinx roles
-(``:func:`mmaemu.accumulate```, ``:class:`~mmaemu.kernels.rowwise.KernelPlan```), which Markdown would show
+(``:func:`mmaemu.accumulate```, ``:class:`~mmaemu.kernels._rowwise.KernelPlan```), which Markdown would show
 verbatim. Each becomes inline code: the whole dotted name, or its last part where the role says ``~``.
 RST's double backticks become single ones. Nothing else of a docstring changes."""
 

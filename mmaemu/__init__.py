@@ -12,9 +12,9 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from . import model, ops, testing
-from .blockwise import BLOCK_KERNELS, block_scaled_mm
-from .call import accumulate, scaled_mm
-from .epilogue import BiasOrder, epilogue
+from ._blockwise import BLOCK_KERNELS, block_scaled_mm
+from ._call import accumulate, scaled_mm
+from ._epilogue import BiasOrder, epilogue
 from .errors import warn_caller as _warn_caller
 from .errors import (
     BackendFallbackWarning,
@@ -38,16 +38,21 @@ from .errors import (
 )
 from .functional import scaled_mm_v2
 from .intercept import EmulationLog, emulate
-from .plan import BlockCallPlan, CallPlan, explain, explain_block_scaled
-from .platforms.profiles import Profile
-from .platforms.splitk import SplitDecision
+from ._plan import BlockCallPlan, CallPlan, explain, explain_block_scaled
+from .platforms._profiles import Profile
+from .platforms._splitk import SplitDecision
 from .presets import Preset
-from .split import Scheme, SplitK
-from .version import DISTRIBUTION, FOREIGN_DISTRIBUTION, __version__
+from ._split import Scheme, SplitK
+from ._version import DISTRIBUTION, FOREIGN_DISTRIBUTION, __version__
 
 if TYPE_CHECKING:
     from . import nn, quantization, recording
 
+#: The names of the top level. The public modules (``mmaemu.errors``, ``mmaemu.formats``, ``mmaemu.presets``,
+#: ``mmaemu.model``, ``mmaemu.testing``, ``mmaemu.nn``, ``mmaemu.functional``, ``mmaemu.ops``, ``mmaemu.intercept``,
+#: ``mmaemu.quantization``, ``mmaemu.platforms``, ``mmaemu.recording``, ``mmaemu.backends``, ``mmaemu.kernels``) have
+#: their own ``__all__``; every other module has an underscore in its path and is internal
+#: (``tests/unit/test_public_api.py`` pins both).
 __all__ = [
     "scaled_mm",
     "scaled_mm_v2",
@@ -60,8 +65,6 @@ __all__ = [
     "BiasOrder",
     "explain",
     "CallPlan",
-    "model",
-    "testing",
     "Preset",
     "Profile",
     "SplitDecision",
@@ -88,10 +91,6 @@ __all__ = [
     "__version__",
     "emulate",
     "EmulationLog",
-    "nn",
-    "ops",
-    "quantization",
-    "recording",
 ]
 
 #: submodules imported on first use, so that ``import mmaemu`` stays light. ``ops`` is imported eagerly:
@@ -108,7 +107,7 @@ def __getattr__(name: str) -> Any:
 
 def _warn_if_foreign_install() -> None:
     """Warn when another distribution that installs an ``mmaemu`` package is installed beside this one
-    ([Note: the distribution name] in :mod:`mmaemu.version`)."""
+    ([Note: the distribution name] in :mod:`mmaemu._version`)."""
     try:
         other = importlib.metadata.distribution(FOREIGN_DISTRIBUTION)
         where = os.path.abspath(str(other.locate_file("")))

@@ -1,4 +1,4 @@
-"""The option types of ``python -m mmaemu`` (:mod:`mmaemu.cli`): each checks one value.
+"""The option types of ``python -m mmaemu`` (:mod:`mmaemu._cli`): each checks one value.
 
 Each raises ``argparse.ArgumentTypeError``, which argparse turns into a usage error (exit status 2, the
 reason on stderr) before anything is read, computed or written; :func:`check_explain_shape` checks
@@ -20,8 +20,8 @@ import torch
 
 from .backends import parse_backend
 from .formats import FORMAT_NAMES, dtype_from_name
-from .platforms.profiles import get_profile
-from .split import splitk_from_text
+from .platforms._profiles import get_profile
+from ._split import splitk_from_text
 
 __all__ = [
     "MAX_DIM", "backend", "block_kernel", "check_explain_shape", "device", "dim", "existing_dir", "fmt_pair", "minutes", "new_dir",
@@ -87,10 +87,10 @@ def _beyond_memory(need: int, what: str) -> str | None:
 def shape(text: str) -> tuple[int, int, int]:
     """``MxNxK`` (the order of ``explain M N K``), each an integer in [1, 2**31 - 1]; returned as (M, N, K).
 
-    A shape whose bench this machine could not hold (:func:`mmaemu.bench.bench_bytes`) is refused here,
+    A shape whose bench this machine could not hold (:func:`mmaemu._bench.bench_bytes`) is refused here,
     before anything is allocated.
     """
-    from .bench import bench_bytes
+    from ._bench import bench_bytes
 
     parts = text.lower().split("x")
     if len(parts) != 3:
@@ -126,7 +126,7 @@ def fmt_pair(text: str) -> tuple[torch.dtype, torch.dtype]:
 
 
 def splitk(text: str) -> object:
-    """``auto``, ``1`` or ``S,scheme`` (:func:`mmaemu.split.splitk_from_text`)."""
+    """``auto``, ``1`` or ``S,scheme`` (:func:`mmaemu._split.splitk_from_text`)."""
     try:
         return splitk_from_text(text)
     except ValueError as exc:
@@ -143,8 +143,8 @@ def profile(text: str) -> str:
 
 
 def block_kernel(text: str) -> str:
-    """A block-scaled kernel model's name (:data:`mmaemu.kernels.block_model.BLOCK_MODELS`; a candidate resolves too)."""
-    from .kernels.block_model import block_model
+    """A block-scaled kernel model's name (:data:`mmaemu.kernels._block_model.BLOCK_MODELS`; a candidate resolves too)."""
+    from .kernels._block_model import block_model
 
     try:
         block_model(text)
@@ -195,7 +195,7 @@ def minutes(text: str) -> float:
 
 def workspace(text: str) -> int:
     """One of the workspaces a recording queries, in bytes."""
-    from .platforms.table import WS_BYTES
+    from .platforms._table import WS_BYTES
 
     value = _int(text, "a workspace in bytes", 0)
     if value not in WS_BYTES:

@@ -8,8 +8,8 @@ after ``import mmaemu`` (or never installed) is matched all the same.
 
 mmaemu models the cuBLASLt tensor-wise FP8 GEMM that ``torch._scaled_mm`` runs on the reference
 platform, torch's own row-wise CUTLASS kernels (:mod:`mmaemu.kernels`) and the block-scaled kernels
-(:mod:`mmaemu.kernels.block_model`). torchao's ``ao::blockwise_fp8_gemm`` is served (``served=True``) as the
-block-scaled kernel model ``emulate(kernel=...)`` names (:func:`mmaemu.blockwise.serve_foreign`); without
+(:mod:`mmaemu.kernels._block_model`). torchao's ``ao::blockwise_fp8_gemm`` is served (``served=True``) as the
+block-scaled kernel model ``emulate(kernel=...)`` names (:func:`mmaemu._blockwise.serve_foreign`); without
 one it raises, naming what to pass. Every other row is refused with :class:`~mmaemu.UnsupportedFeatureError`
 naming it, or with ``fallback="native"`` run natively and counted. A call is intercepted only when one of its tensor
 arguments is FP8: vLLM's ``cutlass_scaled_mm`` also runs INT8 GEMMs, which are not FP8 GEMMs and run
@@ -61,7 +61,7 @@ class ForeignGemm:
         a: the schema name of the first operand (``""`` where the log cannot name a shape).
         b: the schema name of the second operand.
         layout: the second operand's layout.
-        served: whether mmaemu serves it (with a block-scaled kernel model: :mod:`mmaemu.blockwise`).
+        served: whether mmaemu serves it (with a block-scaled kernel model: :mod:`mmaemu._blockwise`).
     """
 
     name: str

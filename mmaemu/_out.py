@@ -2,7 +2,7 @@
 
 :func:`check_out_overlap` refuses an ``out`` whose written bytes overlap what the call reads;
 :func:`resize_out_like_torch` resizes as torch does, and is called only once a call can no longer be
-refused (:mod:`mmaemu.checks`, [Note: out]).
+refused (:mod:`mmaemu._checks`, [Note: out]).
 """
 
 from __future__ import annotations

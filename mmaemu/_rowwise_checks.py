@@ -1,7 +1,7 @@
 """torch 2.7.1's checks of a row-wise ``_scaled_mm`` call, after the checks every call passes.
 
 [Note: row-wise checks] ``_scaled_mm_out_cuda`` (aten/src/ATen/native/cuda/Blas.cpp) runs, for row-wise
-scales, its generic checks (:func:`mmaemu.checks.check_call`; with them a bias is bf16 here), then
+scales, its generic checks (:func:`mmaemu._checks.check_call`; with them a bias is bf16 here), then
 ``resize_output(out, {M, N})``, the zero-size return, then ``TORCH_CHECK(out.dtype() == kBFloat16, "Only
 bf16 high precision output types are supported for row-wise scaling.")`` and
 ``at::cuda::detail::f8f8bf16_rowwise``, whose ``check_inputs`` (RowwiseScaledMM.cu) are bare
@@ -15,7 +15,7 @@ row-wise calls need mat1 row-major (``stride(1) == 1``) and mat2 column-major, a
 
 [Note: row-wise out resize] torch resizes a wrong-shaped ``out`` *before* these checks, so on the GPU
 a call they refuse has already resized ``out`` (with torch's resize warning). mmaemu keeps its rule
-that a refused call modifies nothing (:mod:`mmaemu.checks`, [Note: out]): the checks below read
+that a refused call modifies nothing (:mod:`mmaemu._checks`, [Note: out]): the checks below read
 ``out`` as it will be once resized (contiguous ``[M, N]`` when its shape differs), refuse with torch's
 message, and leave it as it was.
 """

@@ -16,32 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = [
-    "Fp8Format",
-    "OutFormat",
-    "DecodedFp8",
-    "decode_fp8",
-    "fp8_nan_mask",
-    "fp8_inf_rows",
-    "fp8_nan_rows",
-    "fp8_format_of",
-    "out_format_of",
-    "out_format_or_none",
-    "FP8_DTYPES",
-    "OUT_DTYPES",
-    "dtype_from_name",
-    "FORMAT_NAMES",
-    "fp32_exponent",
-    "bits_of",
-    "from_bits",
-    "FP32_CANONICAL_NAN",
-    "EXPONENT_OF_ZERO",
-    "WideFormat",
-    "WIDE_DTYPES",
-    "wide_format_of",
-    "decode_wide",
-    "nan_rows",
-]
+__all__ = ["Fp8Format", "OutFormat", "DecodedFp8", "decode_fp8", "fp8_format_of", "out_format_of",
+           "dtype_from_name", "bits_of", "from_bits"]
 
 #: fp32 canonical NaN written by NVIDIA GPUs (all mantissa bits set).
 FP32_CANONICAL_NAN = 0x7FFFFFFF

@@ -25,10 +25,10 @@ from typing import Any
 
 import torch
 
-from . import call
-from .blockwise import block_scaled_mm, resolve_kernel
+from . import _call as call
+from ._blockwise import block_scaled_mm, resolve_kernel
 from .backends import Backend
-from .checks import scalar_type_name
+from ._checks import scalar_type_name
 from .errors import (
     ReferenceRejectsError,
     ReferenceRejectsValueError,
@@ -36,10 +36,10 @@ from .errors import (
     UnsupportedFeatureError,
     warn_caller,
 )
-from .platforms.profiles import Profile
-from .split import SplitKSpec
+from .platforms._profiles import Profile
+from ._split import SplitKSpec
 
-__all__ = ["RECIPES", "SWIZZLES", "scaled_mm_v2", "v1_arguments"]
+__all__ = ["scaled_mm_v2"]
 
 #: torch.nn.functional.ScalingType's values, by name (torch 2.13).
 RECIPES = {0: "TensorWise", 1: "RowWise", 2: "BlockWise1x16", 3: "BlockWise1x32", 4: "BlockWise1x128",

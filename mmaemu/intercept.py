@@ -23,7 +23,7 @@ It also sees the third-party FP8 GEMM operators of :data:`FOREIGN_GEMMS` (``mmae
 (torchao's ``ao::blockwise_fp8_gemm``, mslk's and FBGEMM's ``f8f8bf16_*``, vLLM's ``cutlass_scaled_mm``,
 sgl-kernel's ``fp8_scaled_mm``, ...), matched by qualified name when called with an FP8 tensor, whenever
 their library was loaded. torchao's ``ao::blockwise_fp8_gemm`` is served with the block's ``kernel=`` model
-(:func:`mmaemu.blockwise.serve_foreign`); every other one raises :class:`~mmaemu.UnsupportedFeatureError`
+(:func:`mmaemu._blockwise.serve_foreign`); every other one raises :class:`~mmaemu.UnsupportedFeatureError`
 naming the operator and its library, or runs natively under ``fallback="native"``, counted.
 
 Calls mmaemu cannot serve (block-wise scales, ``_scaled_mm_v2`` recipes other than tensor-wise or
@@ -76,15 +76,15 @@ import torch._subclasses.fake_tensor as _fake
 import torch._subclasses.functional_tensor as _functional
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from . import _compile, _foreign_ops, blockwise, call, functional
+from . import _compile, _foreign_ops, _blockwise as blockwise, _call as call, functional
 from ._foreign_ops import FOREIGN_GEMMS, ForeignGemm
 from .backends import Backend
 from .errors import UnsupportedFeatureError
-from .options import Options
-from .platforms.profiles import Profile
-from .split import SplitKSpec
+from ._options import Options
+from .platforms._profiles import Profile
+from ._split import SplitKSpec
 
-__all__ = ["emulate", "EmulationLog", "Fallback", "Shape", "FOREIGN_GEMMS", "ForeignGemm"]
+__all__ = ["FOREIGN_GEMMS", "ForeignGemm", "Fallback"]
 
 #: ``(M, N, K)`` of a call.
 Shape = tuple[int, int, int]
@@ -293,7 +293,7 @@ class _ScaledMmMode(TorchDispatchMode):
         return result
 
     def _foreign(self, row: ForeignGemm, bound: dict[str, Any]) -> Any:
-        """A served third-party operator as the block's kernel model computes it (:func:`mmaemu.blockwise.serve_foreign`)."""
+        """A served third-party operator as the block's kernel model computes it (:func:`mmaemu._blockwise.serve_foreign`)."""
         if not row.served:
             raise UnsupportedFeatureError(row.refusal())
         return blockwise.serve_foreign(row.name, bound, kernel=self.owner.kernel, backend=self.owner.backend)

@@ -16,13 +16,13 @@ import torch
 
 from . import ops
 from .backends import Backend
-from .checks import fp8_pair_refusal, has_algorithm
+from ._checks import fp8_pair_refusal, has_algorithm
 from .errors import UnsupportedFeatureError
 from .formats import FP8_DTYPES, OUT_DTYPES, fp8_format_of
-from .options import Options
-from .platforms.profiles import Profile, registered_name
+from ._options import Options
+from .platforms._profiles import Profile, registered_name
 from .quantization import ScalingRecipe, current_scale, quantize, reciprocal_scale
-from .split import SplitKSpec, splitk_text
+from ._split import SplitKSpec, splitk_text
 
 __all__ = ["EmulatedFP8Linear"]
 

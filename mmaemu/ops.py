@@ -18,7 +18,7 @@ Operator schema (torch's ``_scaled_mm`` arguments, then mmaemu's)::
 
 ``profile`` is a profile name or ``""`` for the process default (``MMAEMU_PROFILE``, read when
 the operator runs); ``splitk`` is ``"auto"``, ``"1"`` or ``"S,scheme"`` (``"4,contiguous"``: the one text
-form of a split, :func:`mmaemu.split.splitk_text`).
+form of a split, :func:`mmaemu._split.splitk_text`).
 Call it through :func:`scaled_mm` below, which takes mmaemu's usual arguments.
 """
 
@@ -28,12 +28,12 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from . import call
+from . import _call as call
 from .backends import Backend, parse_backend
 from .errors import ReferenceRejectsError
-from .checks import refuse_autograd_inputs
-from .platforms.profiles import Profile, registered_name
-from .split import SplitKSpec, splitk_from_text, splitk_text
+from ._checks import refuse_autograd_inputs
+from .platforms._profiles import Profile, registered_name
+from ._split import SplitKSpec, splitk_from_text, splitk_text
 
 __all__ = ["OP_NAME", "scaled_mm"]
 

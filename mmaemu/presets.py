@@ -20,29 +20,8 @@ from ._enums import TextEnum
 from .errors import ExperimentalPresetWarning, UnknownNameError, UnsupportedFeatureError, warn_caller
 from .formats import FP8_DTYPES, WideFormat
 
-__all__ = [
-    "ADA",
-    "B200_MMA_SYNC",
-    "HOPPER",
-    "HOPPER_MMA_SYNC",
-    "SM120",
-    "SM120_CITATION",
-    "SM120_NAME",
-    "SM120_ZOO",
-    "ZOO",
-    "Accumulator",
-    "Architecture",
-    "CMode",
-    "HalfAccumulation",
-    "Maturity",
-    "Preset",
-    "Rounding",
-    "get_preset",
-    "instruction_preset",
-    "presets",
-    "require_accumulator",
-    "zoo_presets",
-]
+__all__ = ["Preset", "Maturity", "HOPPER", "ADA", "HOPPER_MMA_SYNC", "B200_MMA_SYNC", "SM120", "get_preset",
+           "instruction_preset", "presets", "zoo_presets"]
 
 class Maturity(TextEnum):
     """How far hardware recordings back a preset or profile (``str()`` gives the value)."""

@@ -183,8 +183,8 @@ def emulated_recording(tmp_path_factory: pytest.TempPathFactory) -> Path:
     import torch
     from emulated_device import TINY_GRID, EmulatedDevice
 
-    from mmaemu.recording.record import record
-    from mmaemu.recording.replay import replay
+    from mmaemu.recording._record import record
+    from mmaemu.recording._replay import replay
 
     before = torch.get_num_threads()
     torch.set_num_threads(1)

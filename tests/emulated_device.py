@@ -16,11 +16,11 @@ from typing import Any
 import torch
 
 import mmaemu
-from mmaemu.epilogue import BiasOrder
-from mmaemu.platforms.cublaslt import HeuristicQuery, HeuristicResult
+from mmaemu._epilogue import BiasOrder
+from mmaemu.platforms._cublaslt import HeuristicQuery, HeuristicResult
 from mmaemu.formats import Fp8Format, OutFormat, fp8_format_of
 from mmaemu.presets import Preset
-from mmaemu.platforms.profiles import Profile, SplitFamily, get_profile
+from mmaemu.platforms._profiles import Profile, SplitFamily, get_profile
 from mmaemu.recording._grid import Grid
 
 E4, E5 = Fp8Format.E4M3, Fp8Format.E5M2

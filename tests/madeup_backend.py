@@ -2,7 +2,7 @@
 
 ``mmaemu.backends.register_backend(madeup_backend.EXECUTOR)`` is the registration (docs/architecture.md,
 "Where to change what": a backend); nothing else in mmaemu or its tests names this backend. It is the
-reference backend's arithmetic behind the contract of :class:`mmaemu.backends.protocol.Executor`, with the
+reference backend's arithmetic behind the contract of :class:`mmaemu.backends._protocol.Executor`, with the
 liberties the contract allows a fast backend, so that the dispatcher's rules show on it: it decodes FP8
 operands only (the zoo formats are delegated), expresses the truncating presets only (the others are
 delegated), counts Inf codes as zeros (the dispatcher recomputes those outputs; NaN codes are zeros in
@@ -16,9 +16,9 @@ from typing import Any
 
 import torch
 
-from mmaemu.accumulation import AccumulationPlan
-from mmaemu.backends import reference
-from mmaemu.backends.protocol import Accumulated, Backend, Executor
+from mmaemu._accumulation import AccumulationPlan
+from mmaemu.backends import _reference as reference
+from mmaemu.backends._protocol import Accumulated, Backend, Executor
 from mmaemu.formats import FP8_DTYPES, fp8_inf_rows
 from mmaemu.presets import Preset, Rounding
 

@@ -676,7 +676,7 @@ def epilogue_bias(acc_bits: int, scale_a_bits: int, scale_b_bits: int, out_dtype
 
 
 def chains_sum(a_codes, b_codes, chains, fmt_a, fmt_b, block_size, frac_bits) -> int:
-    """A thread block's accumulator as chains of blocks (docs: mmaemu.kernels.plans, written from CUTLASS's
+    """A thread block's accumulator as chains of blocks (docs: mmaemu.kernels._plans, written from CUTLASS's
     main loops, not from the package): each chain is a list of k indices, ``None`` standing for a padding
     position (a zero product in both operands); each chain is :func:`dot` from +0 over its positions in
     blocks of ``block_size``; the chain results are added in order into an fp32 accumulator from +0 (RNE)."""

@@ -214,7 +214,7 @@ def operands(rows: int, k: int, seed: int, device: Any, dry: bool, fmt: str = "e
 
 
 def adversarial(rows: int, k: int, fmt: str, seed: int, device: Any) -> Any:
-    from mmaemu.backends.triton._selftest import adversarial_codes
+    from mmaemu.backends._triton._selftest import adversarial_codes
 
     return adversarial_codes(rows, k, fmt, seed).to(device)
 
@@ -222,7 +222,7 @@ def adversarial(rows: int, k: int, fmt: str, seed: int, device: Any) -> Any:
 def model_accumulate(a: Any, b: Any, preset: Any, plan: Any) -> Any:
     """The model's fp32 accumulators, on the CPU (the compiled cpu backend where numba loads, else the
     reference backend): independent of the GPU under test."""
-    from mmaemu.backends import Backend, accumulators, cpu, reference
+    from mmaemu.backends import Backend, accumulators, _cpu as cpu, _reference as reference
 
     a, b = a.cpu(), b.cpu()
     if cpu.available()[0]:
@@ -290,13 +290,13 @@ class native_off:
     """A context in which the sm_90 formulation is off (``MMAEMU_TRITON_NATIVE=0``): the RZ kernels run."""
 
     def __enter__(self) -> None:
-        from mmaemu.backends.triton.backend import NATIVE_ENV
+        from mmaemu.backends._triton.backend import NATIVE_ENV
 
         self.saved = os.environ.get(NATIVE_ENV)
         os.environ[NATIVE_ENV] = "0"
 
     def __exit__(self, *exc: object) -> None:
-        from mmaemu.backends.triton.backend import NATIVE_ENV
+        from mmaemu.backends._triton.backend import NATIVE_ENV
 
         if self.saved is None:
             os.environ.pop(NATIVE_ENV, None)
@@ -320,8 +320,8 @@ def step_versions(ctx: Context) -> dict[str, Any]:
     """GPU, driver, torch, CUDA, Triton and cuBLASLt versions."""
     import torch
 
-    from mmaemu.platforms import cublaslt
-    from mmaemu.version import __version__
+    from mmaemu.platforms import _cublaslt as cublaslt
+    from mmaemu._version import __version__
 
     info: dict[str, Any] = {"mmaemu": __version__, "python": platform.python_version(), "torch": torch.__version__,
                             "cuda_runtime": torch.version.cuda, "device": str(ctx.device)}
@@ -350,7 +350,7 @@ def step_versions(ctx: Context) -> dict[str, Any]:
 
 def step_selftest(ctx: Context) -> dict[str, Any]:
     """The Triton backend's self-test on the device (every kernel variant a call may launch)."""
-    from mmaemu.backends.triton._selftest import selftest
+    from mmaemu.backends._triton._selftest import selftest
 
     t0 = time.perf_counter()
     report = selftest(ctx.device)
@@ -387,10 +387,10 @@ def step_headline(ctx: Context) -> dict[str, Any]:
     """The headline shape: bits of both formulations first, then end-to-end and kernel-only speed."""
     import torch
 
-    from mmaemu.accumulation import flatten_plan, plan_accumulation
-    from mmaemu.backends.triton import backend, _native
+    from mmaemu._accumulation import flatten_plan, plan_accumulation
+    from mmaemu.backends._triton import backend, _native
     from mmaemu.presets import HOPPER
-    from mmaemu.split import Scheme, SplitK
+    from mmaemu._split import Scheme, SplitK
 
     m, n, k = DRY_HEADLINE if ctx.dry else HEADLINE
     row: dict[str, Any] = _keep(ctx, "headline", {"shape": [m, n, k], "macs": m * n * k, "preset": "hopper",
@@ -514,7 +514,7 @@ def exactness_cases(dry: bool) -> list[dict[str, Any]]:
     dry run's K = 272 has 3 contiguous k-tiles, too few for S = 6: :func:`split_accepted`), so every case is
     a call the package makes and a failure is the device's (tests/tools/test_device_check.py checks each).
     """
-    from mmaemu.split import Scheme, SplitK
+    from mmaemu._split import Scheme, SplitK
 
     m, n = (9, 16) if dry else (192, 320)
     ks = (144, 272) if dry else (1936, 4000)
@@ -534,9 +534,9 @@ def exactness_cases(dry: bool) -> list[dict[str, Any]]:
 
 def split_accepted(k: int, split: Any) -> bool:
     """Whether the package accepts ``split`` over a reduction of length ``k``: its own rule
-    (mmaemu.accumulation.plan_accumulation refuses a split with more parts without a k-tile than any
+    (mmaemu._accumulation.plan_accumulation refuses a split with more parts without a k-tile than any
     reference GPU's table has), asked, not restated."""
-    from mmaemu.accumulation import plan_accumulation
+    from mmaemu._accumulation import plan_accumulation
 
     try:
         plan_accumulation(k, fast=True, split=split)
@@ -546,8 +546,8 @@ def split_accepted(k: int, split: Any) -> bool:
 
 
 def exactness_plan(case: dict[str, Any]) -> Any:
-    """The accumulation plan of an exactness case (mmaemu.accumulation's checks: ValueError for a refused split)."""
-    from mmaemu.accumulation import plan_accumulation
+    """The accumulation plan of an exactness case (mmaemu._accumulation's checks: ValueError for a refused split)."""
+    from mmaemu._accumulation import plan_accumulation
 
     return plan_accumulation(case["k"], fast=case["fast"], split=case["split"])
 
@@ -606,8 +606,8 @@ def edge_cases(ctx: Context) -> list[tuple[str, Any, int, int, int, Any]]:
 def edge_plan(label: str, k: int) -> Any:
     """The accumulation plan of an edge of :func:`edge_cases`: the few-output edges split (S = 3 pairwise,
     slow accumulation), the others run one fast chain."""
-    from mmaemu.accumulation import plan_accumulation
-    from mmaemu.split import Scheme, SplitK
+    from mmaemu._accumulation import plan_accumulation
+    from mmaemu._split import Scheme, SplitK
 
     few = label.startswith("few outputs")
     return plan_accumulation(k, fast=not few, split=SplitK(3, Scheme.PAIRWISE) if few else SplitK(1, Scheme.NONE))
@@ -617,7 +617,7 @@ def check_edges(ctx: Context, rows: list[dict[str, Any]]) -> int:
     """The edges of :func:`edge_cases` against the model (the last 64 rows of tall ones); returns how many
     were skipped."""
     accumulate = triton_accumulate
-    from mmaemu.backends.triton._selftest import selftest_kernel
+    from mmaemu.backends._triton._selftest import selftest_kernel
     from mmaemu.presets import HOPPER
 
     skipped = 0
@@ -669,11 +669,11 @@ def step_exactness(ctx: Context) -> dict[str, Any]:
 def step_timing(ctx: Context) -> dict[str, Any]:
     """More shapes: 8192^3 (both formulations, bits on a row slice), slow accumulation at the headline
     shape, and a few RZ tiles there."""
-    from mmaemu.accumulation import plan_accumulation
-    from mmaemu.backends.triton import backend
-    from mmaemu.backends.triton.backend import TileConfig
+    from mmaemu._accumulation import plan_accumulation
+    from mmaemu.backends._triton import backend
+    from mmaemu.backends._triton.backend import TileConfig
     from mmaemu.presets import HOPPER
-    from mmaemu.split import Scheme, SplitK
+    from mmaemu._split import Scheme, SplitK
 
     result: dict[str, Any] = _keep(ctx, "timing", {"shapes": [], "tile_sweep": []})
     problems = []
@@ -758,7 +758,7 @@ def step_recording(ctx: Context) -> dict[str, Any]:
         sys.path.insert(0, str(REPO / "tests"))
         from emulated_device import TINY_GRID, EmulatedDevice
 
-        from mmaemu.recording.record import record
+        from mmaemu.recording._record import record
 
         with log_path.open("w") as log:
             record(rec, budget_minutes=max(budget_s, 5.0) / 60, grid=TINY_GRID, device=EmulatedDevice(), progress=log)

@@ -1,14 +1,14 @@
 """Backends: interchangeable executors of the same exact model.
 
 Every backend returns exactly the reference model's bits. ``backend="auto"`` picks, for the operands'
-device, the first registered backend that runs there (:func:`mmaemu.backends.capabilities.auto_order`):
+device, the first registered backend that runs there (:func:`mmaemu.backends.auto_order`):
 ``cpu`` (compiled by numba, a dependency) for CPU tensors; ``triton`` for CUDA tensors when Triton imports
 and its self-test (run once per device and process) passed there; ``reference`` otherwise. When a backend
 a plain install provides cannot load, or a self-test fails on a device, ``auto`` emits one
 :class:`~mmaemu.errors.BackendFallbackWarning` per device saying why. :func:`auto_fallback` says why
 ``auto`` did not take a faster one.
 
-Each backend is one module with one :class:`~mmaemu.backends.protocol.Executor`, registered once
+Each backend is one module with one :class:`~mmaemu.backends.Executor`, registered once
 (:func:`register_backend`); this module asks every backend the same questions (available, self-test),
 and :func:`accumulators` and :func:`run` (:mod:`mmaemu.backends._dispatch`) alone send what a backend
 does not express to the reference backend and apply the Inf and NaN rules.
@@ -20,11 +20,11 @@ from typing import Any
 
 import torch
 
-from ..accumulation import AccumulationPlan
+from .._accumulation import AccumulationPlan
 from ..errors import BackendFallbackWarning, BackendUnavailableError, warn_caller
 from ..presets import Preset
 from . import _dispatch
-from .capabilities import (
+from ._capabilities import (
     CONCRETE,
     EXECUTORS,
     FALLBACK,
@@ -36,30 +36,28 @@ from .capabilities import (
     supports,
     unregister_backend,
 )
-from .protocol import Accumulated, Executor, device_key
+from ._cpu_scratch import release_scratch
+from ._protocol import Accumulated, Executor, device_key
 
 __all__ = [
     "Backend",
-    "Support",
-    "CONCRETE",
-    "parse_backend",
-    "supports",
-    "resolve_backend",
-    "require",
-    "auto_fallback",
-    "accumulators",
-    "run",
-    "Accumulated",
     "Executor",
-    "EXECUTORS",
+    "Accumulated",
     "register_backend",
     "unregister_backend",
+    "auto_order",
+    "CONCRETE",
+    "EXECUTORS",
+    "supports",
+    "Support",
+    "resolve_backend",
+    "release_scratch",
 ]
 
 
 def resolve_backend(name: str | Backend, device: torch.device, preset: Preset | None = None) -> Backend:
     """The concrete backend for ``name`` on ``device``: ``auto`` takes the first of
-    :func:`~mmaemu.backends.capabilities.auto_order` that supports the call (and passed its
+    :func:`~mmaemu.backends.auto_order` that supports the call (and passed its
     self-test, for ``preset``'s kernel variant too when given).
 
     Raises:

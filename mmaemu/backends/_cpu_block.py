@@ -1,6 +1,6 @@
 """The cpu backend's block-scaled FP8 kernel: every k-tile's chain scaled into an fp32 accumulator in one pass.
 
-A block-scaled GEMM (:mod:`mmaemu.kernels.block_arith`) runs a fresh tensor-core chain per k-tile and combines
+A block-scaled GEMM (:mod:`mmaemu.kernels._block_arith`) runs a fresh tensor-core chain per k-tile and combines
 each chain result ``d`` with its k-tile's two fp32 scales. Run as one backend call per k-tile, each call
 re-reads and re-writes the whole ``[M, N]`` output and the combination is a pass of its own: several times
 one GEMM's time. This kernel computes the chains exactly as the AVX-512 FP8 kernel does (its
@@ -19,7 +19,7 @@ and the fused multiply-add is LLVM's ``llvm.fma.f32`` (one rounding: ``vfmadd`` 
 FMA, every CPU this kernel runs on). Subnormals are kept (the caller checks that the CPU does not flush
 them). NaN codes count as zeros here, as in every cpu kernel: the caller writes the canonical NaN where a
 row of either operand holds one (:func:`accumulate_block`); E4M3 has no Inf code. The reference definition
-of the step is :mod:`mmaemu.kernels.block_arith`'s; the differential tests compare the two bit for bit.
+of the step is :mod:`mmaemu.kernels._block_arith`'s; the differential tests compare the two bit for bit.
 """
 
 from __future__ import annotations

@@ -75,7 +75,7 @@ __all__ = [
 
 #: The largest block: the count of a block's negative terms below the grid is an int8 lane.
 MAX_BLOCK = 127
-#: int8 exponent of zero and non-finite operands (as in :mod:`mmaemu.backends.cpu`).
+#: int8 exponent of zero and non-finite operands (as in :mod:`mmaemu.backends._cpu`).
 ZERO8 = -64
 #: A block maximum below this means the block has no nonzero product (real sums are >= -28).
 NO_PRODUCT_BELOW = -40

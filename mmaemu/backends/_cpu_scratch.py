@@ -1,7 +1,7 @@
 """The cpu backend's host-side pieces that its kernels share: tiles, per-thread scratch buffers, the
 launch guard of numba's threading layer, and the accumulation plan as numpy arrays.
 
-No arithmetic happens here (:mod:`mmaemu.backends.cpu` and :mod:`mmaemu.backends._cpu_zoo` compute).
+No arithmetic happens here (:mod:`mmaemu.backends._cpu` and :mod:`mmaemu.backends._cpu_zoo` compute).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import threading
 
 import numpy as np
 
-from ..accumulation import AccumulationPlan, flatten_plan
+from .._accumulation import AccumulationPlan, flatten_plan
 
 __all__ = [
     "SCRATCH_LIMIT_BYTES", "aligned_buffer", "buffer", "flatten", "launch_guard", "panel_rows", "release_scratch", "tiles",
@@ -86,7 +86,7 @@ def release_scratch() -> None:
 
 def flatten(plan: AccumulationPlan, block: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, np.ndarray, np.ndarray, int]:
     """The tiled kernels' plan argument: (k in order, chain starts, each chain's part, parts,
-    the parts' combination order and roles (:func:`mmaemu.accumulation.flatten_plan`), block size)."""
+    the parts' combination order and roles (:func:`mmaemu._accumulation.flatten_plan`), block size)."""
     flat = flatten_plan(plan)
     return (flat.k_order.numpy(), np.asarray(flat.chain_starts, np.int64), np.asarray(flat.chain_part, np.int64),
             len(plan.parts), np.asarray(flat.order, np.int64), np.asarray(flat.role, np.int64), block)

@@ -1,6 +1,6 @@
 """The steps the cpu backend's tiled kernels share, as numba functions inlined into each kernel.
 
-The portable FP8 kernel (:mod:`mmaemu.backends.cpu`) and the two zoo kernels
+The portable FP8 kernel (:mod:`mmaemu.backends._cpu`) and the two zoo kernels
 (:mod:`mmaemu.backends._cpu_zoo`) walk the output in the same (M tile, N tile) tasks and, within a
 block, do the same two passes over its k: the block maximum of the exponent sums, then the
 truncated terms. They differ only in their number types (int8 or int16 exponents; fp32, float64 or
@@ -140,7 +140,7 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled
                       m0: int, n0: int, mm: int, nn: int, transposed: bool = False) -> None:
         """``out[m0:m0+mm, n0:n0+nn]`` from the part results in the scheme's steps (fp32 additions).
 
-        ``accumulation.flat_combination``: role 0 joins the total, 1 is held, 2 is added to the held
+        ``_accumulation.flat_combination``: role 0 joins the total, 1 is held, 2 is added to the held
         part and the pair sum joins the total. ``transposed``: written to ``out[n0 + j, m0 + i]``.
         """
         n_parts = partial.shape[0]

@@ -9,7 +9,7 @@ Two kernels compute the same bits as :func:`mmaemu.model.block_fma`. The fp32 ke
 product is exact in fp32, scaled to the block's grid and truncated into int32 terms. Rows of ``a``
 or ``b`` outside that range (bf16 and tf32 only: very large, tiny or subnormal values) are
 recomputed by the float64 kernel (:func:`_kernel_wide`), which takes any exponent. Inf operands
-count as zeros (:attr:`mmaemu.backends.protocol.Accumulated.inf_zeroed` says whether one was met;
+count as zeros (:attr:`mmaemu.backends.Accumulated.inf_zeroed` says whether one was met;
 the dispatcher recomputes their outputs); NaN operands count as zeros and the dispatcher applies
 the NaN rule. The tile walk, the block maxima and the term loop (:mod:`mmaemu.backends._cpu_steps`),
 the combination of split parts and the addition of chain results (:mod:`mmaemu.backends._cpu_fp8`)
@@ -24,12 +24,12 @@ import numpy as np
 import torch
 
 from .._host import env_flag
-from ..accumulation import AccumulationPlan, flatten_plan
+from .._accumulation import AccumulationPlan, flatten_plan
 from ..formats import WideFormat, decode_wide, wide_format_of
 from ..presets import CMode, Preset, Rounding
 from . import _cpu_fp8, _cpu_simd, _cpu_zoo_vector
 from ._cpu_scratch import aligned_buffer, buffer, flatten, launch_guard, panel_rows, tiles
-from .protocol import Accumulated
+from ._protocol import Accumulated
 
 __all__ = ["accumulate_wide", "expresses_wide"]
 
@@ -247,7 +247,7 @@ def _fp32_kernel_expresses(preset: Preset) -> bool:
 
 
 def accumulate_wide(a: torch.Tensor, b: torch.Tensor, preset: Preset, plan: AccumulationPlan) -> Accumulated:
-    """:func:`mmaemu.backends.cpu.accumulate` for fp16, bf16 and tf32 operands (the zoo).
+    """:func:`mmaemu.backends._cpu.accumulate` for fp16, bf16 and tf32 operands (the zoo).
 
     The fp32 kernel (:func:`_kernel_zoo`) runs the call; rows of ``a`` or ``b`` with an operand
     exponent outside [-50, 60] (bf16 and tf32 only: very large, tiny or subnormal values) are then

@@ -1,10 +1,10 @@
 """The dispatcher's arithmetic: a call on a concrete backend, with the rules every backend shares.
 
-A backend computes only what it :attr:`~mmaemu.backends.protocol.Executor.expresses`, and may count
-NaN and Inf codes as zeros (:mod:`mmaemu.backends.protocol`). This module alone adds what makes every
+A backend computes only what it :attr:`~mmaemu.backends.Executor.expresses`, and may count
+NaN and Inf codes as zeros (:mod:`mmaemu.backends._protocol`). This module alone adds what makes every
 backend return the model's bits:
 
-1. delegation: a format a backend does not decode (:attr:`~mmaemu.backends.protocol.Executor.formats`), or a
+1. delegation: a format a backend does not decode (:attr:`~mmaemu.backends.Executor.formats`), or a
    preset it does not express, runs on the reference backend whole;
 2. the Inf rule: when the backend counted an Inf code as zero, the outputs whose row of ``a`` or of
    ``b`` holds one are recomputed by the reference backend, which implements the IEEE rules of
@@ -27,7 +27,7 @@ backend's result passes, those that delegate or recompute included, so no kernel
 
 Which backend a call uses, and whether it may (self-test, availability), is :mod:`mmaemu.backends`'s,
 which also takes backend names (:func:`mmaemu.backends.accumulators`, :func:`mmaemu.backends.run`);
-here a backend is its :class:`~mmaemu.backends.protocol.Executor`, whatever it is.
+here a backend is its :class:`~mmaemu.backends.Executor`, whatever it is.
 """
 
 from __future__ import annotations
@@ -36,12 +36,12 @@ from typing import Any
 
 import torch
 
-from ..accumulation import AccumulationPlan
+from .._accumulation import AccumulationPlan
 from ..formats import OutFormat, nan_rows
 from .._host import cpu_default_device
 from ..presets import Preset
-from . import reference
-from .protocol import Executor
+from . import _reference as reference
+from ._protocol import Executor
 
 __all__ = ["accumulators", "run"]
 
@@ -50,7 +50,7 @@ def accumulators(executor: Executor, a: torch.Tensor, b: torch.Tensor, preset: P
                  **options: Any) -> torch.Tensor:
     """fp32 accumulators ``[M, N]`` of ``a [M, K]`` and ``b [N, K]`` under ``plan`` on ``backend``, with
     delegation and the Inf rule applied (NaN codes still count as zeros, as in
-    :func:`mmaemu.backends.reference.accumulate`).
+    :func:`mmaemu.backends._reference.accumulate`).
 
     Args:
         executor: a concrete backend (checked by :func:`mmaemu.backends.require` or chosen by

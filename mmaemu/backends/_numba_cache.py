@@ -67,7 +67,7 @@ from typing import Any
 from .._host import user_cache_dir
 from .._private import check_private_entries, private_dir
 from ..errors import MmaemuWarning, UntrustedCacheError, UntrustedCacheWarning, warn_caller
-from ..version import __version__
+from .._version import __version__
 
 __all__: list[str] = []
 

@@ -4,7 +4,7 @@
 report that says "passed" next to files that never replayed. A report therefore carries an
 ``attestation``, an HMAC-SHA256 of its content under a key that this user's mmaemu made once and keeps
 outside every recording (``user_cache_dir() / "replay.key"``, mode 0600).
-:func:`~mmaemu.recording.profile.profile_from_recording` validates a profile only on a report whose
+:func:`~mmaemu.recording.profile_from_recording` validates a profile only on a report whose
 attestation checks: one written by ``python -m mmaemu replay`` for this user, unedited. A report
 copied from another machine, or edited, is reported as not attested (replay the recording here).
 Deleting the key only costs a replay.

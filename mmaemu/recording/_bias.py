@@ -1,8 +1,8 @@
 """The bias probes: biased ``torch._scaled_mm`` calls that tell the two candidate bias epilogues apart.
 
-Where cuBLASLt's epilogue adds a bias is open ([Note: bias] in :mod:`mmaemu.epilogue`): after the scaled
-accumulator was rounded to fp32 (:attr:`~mmaemu.epilogue.BiasOrder.AFTER_SCALE`), or inside the fused
-multiply-add (:attr:`~mmaemu.epilogue.BiasOrder.FUSED`). The two differ where the bias cancels the
+Where cuBLASLt's epilogue adds a bias is open ([Note: bias] in :mod:`mmaemu._epilogue`): after the scaled
+accumulator was rounded to fp32 (:attr:`~mmaemu.BiasOrder.AFTER_SCALE`), or inside the fused
+multiply-add (:attr:`~mmaemu.BiasOrder.FUSED`). The two differ where the bias cancels the
 leading bits of ``acc * alpha`` and the bits that the first rounding dropped become the result. Each probe
 is one 16 x 16 output, K = 16: row ``i`` of ``a`` holds one value ``v_i`` (the rest zero) and every row of
 ``b`` a 1, so ``acc[i, j] = v_i``; ``alpha = fp32(scale_a * scale_b)`` has a long significand
@@ -23,10 +23,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..epilogue import BiasOrder
+from .._epilogue import BiasOrder
 from ..errors import MmaemuWarning, RecordingDamagedError
 from ..formats import OutFormat
-from ..platforms.profiles import Profile
+from ..platforms._profiles import Profile
 from ._records import fp32_bits, fp32_scalar
 
 __all__ = ["BiasProbe", "BiasResult", "bias_document", "bias_probes", "bias_results", "fitting_orders"]
@@ -130,7 +130,7 @@ def bias_results(doc: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> li
 
 
 def _computed(result: BiasResult, profile: Profile) -> torch.Tensor:
-    from ..call import scaled_mm
+    from .._call import scaled_mm
 
     p = result.probe
     with warnings.catch_warnings():

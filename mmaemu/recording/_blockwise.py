@@ -1,7 +1,7 @@
 """The block probes: block-scaled GEMMs whose outputs tell a block kernel model's candidates apart.
 
-A block-scaled kernel (:mod:`mmaemu.kernels.block_model`: DeepGEMM, the Triton block-FP8 kernels) is modelled
-from its source and compiled code; each choice has candidates (:func:`~mmaemu.kernels.block_model.block_candidates`:
+A block-scaled kernel (:mod:`mmaemu.kernels._block_model`: DeepGEMM, the Triton block-FP8 kernels) is modelled
+from its source and compiled code; each choice has candidates (:func:`~mmaemu.kernels.block_candidates`:
 the chain length, the combination, the order of the scales, the fusion, the start). The probes (fixed, bf16
 outputs, E4M3 operands, shapes every modelled kernel takes: N % 64 == 0, K % 128 == 0) are built so that every
 pair of candidates of each model gives a different output somewhere (:func:`block_separation` counts them):
@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from ..errors import MmaemuWarning, RecordingDamagedError
-from ..kernels.block_model import BLOCK_MODELS, BlockKernelModel, block_candidates
+from ..kernels._block_model import BLOCK_MODELS, BlockKernelModel, block_candidates
 from ._records import Section
 
 __all__ = ["BLOCK_GRID", "BLOCK_SECTIONS", "BlockProbe", "BlockResult", "block_document", "block_probes",
@@ -165,7 +165,7 @@ def block_probes() -> list[BlockProbe]:
 
 def computed_block(probe: BlockProbe, model: BlockKernelModel | str, backend: str = "auto") -> torch.Tensor:
     """:func:`mmaemu.block_scaled_mm` of a probe as ``model`` (a model or candidate), quietly."""
-    from ..blockwise import block_scaled_mm
+    from .._blockwise import block_scaled_mm
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", MmaemuWarning)

@@ -1,6 +1,6 @@
 """The GPU a recording is made on: what the recorder needs from it, and the CUDA implementation.
 
-:class:`Device` is what :class:`~mmaemu.recording.record.Recorder` calls: the environment, cuBLASLt's
+:class:`Device` is what :class:`~mmaemu.recording._record.Recorder` calls: the environment, cuBLASLt's
 heuristic and ``torch._scaled_mm``. :class:`CudaDevice` is the real one and refuses to start without
 CUDA and cuBLASLt (:class:`RecordUnavailableError`, a readable message); the tests drive the recorder
 with a device that asks the emulator instead (plumbing, not evidence).
@@ -17,7 +17,7 @@ from typing import Any, Protocol
 import torch
 
 from ..errors import BackendUnavailableError, RecordUnavailableError
-from ..platforms.cublaslt import HeuristicQuery, HeuristicResult
+from ..platforms._cublaslt import HeuristicQuery, HeuristicResult
 from ._records import sha256_file
 
 __all__ = ["CudaDevice", "Device", "default_torch_workspace"]
@@ -84,7 +84,7 @@ class CudaDevice:
                 f"(torch {torch.__version__}, {build}). Run it on the GPU you want to record; replay the "
                 "recording anywhere with 'python -m mmaemu replay DIR'."
             )
-        from ..platforms.cublaslt import CublasLt
+        from ..platforms._cublaslt import CublasLt
 
         try:
             self._lt = CublasLt(device=device)
@@ -94,8 +94,8 @@ class CudaDevice:
 
     def environment(self) -> dict[str, Any]:
         """GPU, SM count, capability, driver, CUDA, cuBLASLt (version, path, sha256), torch, TE."""
-        from ..platforms.cublaslt import cublaslt_version
-        from ..version import __version__
+        from ..platforms._cublaslt import cublaslt_version
+        from .._version import __version__
 
         props = torch.cuda.get_device_properties(self.device)
         return {

@@ -3,7 +3,7 @@
 Above a bound on M*N (per setting and K) cuBLAS does not split K. :func:`fit_envelope` fits the bounds
 on the training rows only; :func:`validate_envelope` tests them once on the held-out rows
 (:func:`heldout_mask`) that the fit never receives, as the seeds' sweep did. The result is the
-``envelope`` of a table's info, which :func:`mmaemu.platforms.splitk.resolve_splitk` reads.
+``envelope`` of a table's info, which :func:`mmaemu.platforms.resolve_splitk` reads.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..platforms.table import Setting, unpack_key
+from ..platforms._table import Setting, unpack_key
 from ._records import Part
 
 __all__ = ["NO_CLAIM", "EnvelopeStatus", "TableRows", "heldout_mask", "fit_envelope", "validate_envelope"]
@@ -25,7 +25,7 @@ NO_CLAIM = 1 << 62
 
 
 class EnvelopeStatus(enum.Enum):
-    """The result of an envelope's held-out test (the strings :mod:`mmaemu.platforms.splitk` reads)."""
+    """The result of an envelope's held-out test (the strings :mod:`mmaemu.platforms._splitk` reads)."""
 
     VALIDATED = "validated"  # rows above the bound were tested and none split
     UNVALIDATED = "unvalidated"  # a held-out row above the bound split
@@ -82,14 +82,14 @@ def fit_envelope(train: TableRows, *, margin: int = 2) -> dict[str, Any]:
     unsplit level; without one nothing is claimed from that K on). ``B(K)`` is ``margin`` times the
     largest basis at grid K's up to K, at least ``margin`` times the smallest grid M*N. ``M_range`` and
     ``N_range`` are the smallest and largest M and N of the training rows: beyond them a decision is
-    extrapolated (:mod:`mmaemu.platforms.splitk`, ``[Note: extrapolated envelope decisions]``).
+    extrapolated (:mod:`mmaemu.platforms._splitk`, ``[Note: extrapolated envelope decisions]``).
 
     Args:
         train: rows the fit may use (never the held-out ones).
         margin: the factor between the last unsplit level seen and the bound.
 
     Returns:
-        The ``envelope`` of a table's info (``kind`` ``"k_grid"``, as :mod:`mmaemu.platforms.splitk` reads it),
+        The ``envelope`` of a table's info (``kind`` ``"k_grid"``, as :mod:`mmaemu.platforms._splitk` reads it),
         with ``validation`` empty (:func:`validate_envelope` fills it).
     """
     grid_rows = train.select(train.part == Part.GRID)

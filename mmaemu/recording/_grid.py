@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..formats import Fp8Format, OutFormat
-from ..platforms.table import OUT_FORMATS, WS_BYTES
+from ..platforms._table import OUT_FORMATS, WS_BYTES
 from ._records import Part
 
 __all__ = ["GRIDS", "MODEL_SHAPES", "Grid"]

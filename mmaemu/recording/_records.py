@@ -1,6 +1,6 @@
 """The records of a recording: its sections, its call records, and the bits and digests it stores.
 
-:mod:`mmaemu.recording.format` reads and writes these in a recording directory; everything else in
+:mod:`mmaemu.recording._format` reads and writes these in a recording directory; everything else in
 :mod:`mmaemu.recording` speaks in them.
 """
 
@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from ..formats import Fp8Format, OutFormat
-from ..platforms.table import FMT_NAMES, FP8_FORMATS, OUT_FORMATS, OUT_NAMES, WS_BYTES
+from ..platforms._table import FMT_NAMES, FP8_FORMATS, OUT_FORMATS, OUT_NAMES, WS_BYTES
 
 __all__ = [
     "FORMAT",

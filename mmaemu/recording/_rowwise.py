@@ -1,7 +1,7 @@
 """The row-wise probes: row-wise ``torch._scaled_mm`` calls whose outputs tell the row-wise kernel's candidates apart.
 
 A row-wise call runs torch 2.7.1's CUTLASS kernel (:mod:`mmaemu.kernels`), whose choices are read from
-its source; each choice has candidates (:func:`mmaemu.kernels.model.candidates`: the order of the two
+its source; each choice has candidates (:func:`mmaemu.kernels.candidates`: the order of the two
 scales, one rounding or two for the second multiply and the bias, what is added without a bias, the
 slow accumulation's chains, and on sm_89 stream-K's division of K). The probes (fixed: every GPU runs the
 same calls, bf16 outputs) are built so that every pair of candidates of each kernel gives a different
@@ -21,7 +21,7 @@ output somewhere (:func:`separation` counts them):
   counts the survivors, which depend on where every chain (promotion interval, staged groups, the
   partial k-tile, stream-K's peers) begins.
 
-The recorder runs them on the GPU (:mod:`mmaemu.recording.record`); :func:`fitting_kernels` says which
+The recorder runs them on the GPU (:mod:`mmaemu.recording._record`); :func:`fitting_kernels` says which
 candidates reproduce every output.
 """
 
@@ -37,8 +37,8 @@ import numpy as np
 import torch
 
 from ..errors import MmaemuWarning, RecordingDamagedError
-from ..kernels.model import KernelModel, candidates
-from ..platforms.profiles import Profile
+from ..kernels._model import KernelModel, candidates
+from ..platforms._profiles import Profile
 
 __all__ = ["RowwiseProbe", "RowwiseResult", "fitting_kernels", "rowwise_document", "rowwise_probes",
            "rowwise_results", "separation"]
@@ -139,7 +139,7 @@ def rowwise_probes() -> list[RowwiseProbe]:
 
 def computed(probe: RowwiseProbe, profile: Profile, model: KernelModel | None = None) -> torch.Tensor:
     """``mmaemu.scaled_mm`` of a probe under ``profile`` (with ``model`` as its row-wise kernel), quietly."""
-    from ..call import scaled_mm
+    from .._call import scaled_mm
 
     prof = profile if model is None else dataclasses.replace(profile, rowwise_kernel=model.name)
     m, n, _ = probe.shape
@@ -162,7 +162,7 @@ def separation(profile: Profile, probes: Sequence[RowwiseProbe] | None = None) -
 
 
 def _base(profile: Profile) -> str:
-    from ..kernels.model import rowwise_model_for
+    from ..kernels._model import rowwise_model_for
 
     model = rowwise_model_for(profile.preset, None)
     if model is None:

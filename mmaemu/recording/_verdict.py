@@ -2,7 +2,7 @@
 
 :func:`probe_document` writes the probe results a recorder measured; :func:`results_from_document`
 reads them back, checking every field (a recording is untrusted input); :func:`verdict_from_recording`
-analyses them (:func:`mmaemu.recording.probes.analyse`, and the bias probes of
+analyses them (:func:`mmaemu.recording._probes.analyse`, and the bias probes of
 :mod:`mmaemu.recording._bias`), cached per process by the files' sha256 and the recorded compute
 capability. On an sm_120 GPU the verdict says whether the probes confirm the experimental ``sm120``
 preset (:func:`sm120_note`).
@@ -19,13 +19,13 @@ import torch
 
 from ..errors import RecordingDamagedError
 from ..formats import Fp8Format
-from ..platforms.profiles import get_profile
+from ..platforms._profiles import get_profile
 from ..presets import B200_MMA_SYNC, SM120
 from ._bias import BiasResult, bias_results, fitting_orders
 from ._blockwise import BlockResult, block_results, block_section, fitting_block_models
 from ._rowwise import RowwiseResult, fitting_kernels, rowwise_results
-from .format import Recording
-from .probes import (
+from ._format import Recording
+from ._probes import (
     PROBES_FORMAT,
     ProbeInput,
     ProbeResult,

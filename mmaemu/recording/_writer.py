@@ -1,7 +1,7 @@
 """Writing a recording directory: the recorder's writer, and resealing a manifest after an edit.
 
-Every file goes through :class:`~mmaemu.recording.directory.RecordingDirectory` (new files, renamed into
-place, never written through a link); :mod:`mmaemu.recording.format` defines what is written.
+Every file goes through :class:`~mmaemu.recording._directory.RecordingDirectory` (new files, renamed into
+place, never written through a link); :mod:`mmaemu.recording._format` defines what is written.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..platforms.table import serialise_table
-from .directory import RecordingDirectory
-from .format import DATA_FILES, MANIFEST, read_manifest
+from ..platforms._table import serialise_table
+from ._directory import RecordingDirectory
+from ._format import DATA_FILES, MANIFEST, read_manifest
 from ._records import FORMAT, FORMAT_VERSION, CallRecord, Section, SectionStatus, sha256_bytes
 
 __all__ = ["RecordingWriter", "reseal"]
@@ -31,7 +31,7 @@ class RecordingWriter:
 
     The manifest is rewritten after every section, so a recording stopped at any point reads back
     with the sections it completed. Every file goes through
-    :class:`~mmaemu.recording.directory.RecordingDirectory` (new files, renamed into place).
+    :class:`~mmaemu.recording._directory.RecordingDirectory` (new files, renamed into place).
     """
 
     def __init__(self, path: str | os.PathLike[str], *, environment: Mapping[str, Any], grid: Mapping[str, Any],
@@ -41,7 +41,7 @@ class RecordingWriter:
         if self.path.exists() and any(self.path.iterdir()):
             raise FileExistsError(f"{self.path} is not empty: a recording needs a fresh directory")
         self._dir = RecordingDirectory(self.path, create=True)
-        from ..version import __version__
+        from .._version import __version__
 
         self.manifest: dict[str, Any] = {
             "format": FORMAT,

@@ -1,8 +1,8 @@
-"""Every dotted name docs/architecture.md gives in code (``platforms.table.Setting``, ``_host.env_flag``,
-``OutFormat.write_nan``, ``mmaemu.kernels.streamk``) names something that exists, so the maintainers' map
+"""Every dotted name docs/architecture.md gives in code (``platforms._table.Setting``, ``_host.env_flag``,
+``OutFormat.write_nan``, ``mmaemu.kernels._streamk``) names something that exists, so the maintainers' map
 cannot drift from the package as the API reference (generated from the docstrings) cannot.
 
-A name is read relative to ``mmaemu`` (``split.parse_splitk`` is ``mmaemu.split.parse_splitk``); one that
+A name is read relative to ``mmaemu`` (``_split.parse_splitk`` is ``mmaemu._split.parse_splitk``); one that
 starts with a class (``SplitK.text``) is that class of whichever module of the package defines it; ``torch.``,
 ``tl.`` (``triton.language``) and ``np.`` names resolve in those libraries. File names (``pyproject.toml``,
 ``RowwiseScaledMM.cu``) and paths are not dotted names; tests/tools/test_architecture.py checks the modules.
@@ -45,7 +45,7 @@ def dotted_names(text: str) -> list[str]:
 def _modules() -> tuple[ModuleType, ...]:
     found = [mmaemu]
     for info in pkgutil.walk_packages(mmaemu.__path__, "mmaemu."):
-        if info.name.startswith("mmaemu.backends.triton._kernels") or info.name.endswith("__main__"):
+        if info.name.startswith("mmaemu.backends._triton._kernels") or info.name.endswith("__main__"):
             continue  # Triton's kernels need Triton; __main__ runs the command line
         try:
             found.append(importlib.import_module(info.name))

@@ -25,7 +25,7 @@ pytest.importorskip("numba")
 import numpy as np  # noqa: E402
 
 import mmaemu  # noqa: E402
-from mmaemu.backends import cpu, _cpu_zoo, _numba_cache  # noqa: E402
+from mmaemu.backends import _cpu as cpu, _cpu_zoo, _numba_cache  # noqa: E402
 from mmaemu.errors import MmaemuWarning, UntrustedCacheWarning  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -90,7 +90,7 @@ def test_a_compile_is_announced_once_and_a_load_is_not(fresh_decisions: Path,
     err = capsys.readouterr().err
     folder = _numba_cache.trusted_folder(cpu.__file__)
     assert folder is not None and folder.is_relative_to(fresh_decisions.resolve())
-    assert err.count("mmaemu: compiling the cpu backend's kernels of mmaemu.backends.cpu with numba") == 1, err
+    assert err.count("mmaemu: compiling the cpu backend's kernels of mmaemu.backends._cpu with numba") == 1, err
     assert f"cached in {folder}\n" in err
     assert dst.tolist() == [[0, 3], [1, 4], [2, 5]]
     compiled = sorted(p.name for p in folder.iterdir())
@@ -101,7 +101,7 @@ def test_a_compile_is_announced_once_and_a_load_is_not(fresh_decisions: Path,
     _fresh_transpose(True)(src, dst)  # loads what the first one saved: no notice, no file written
     assert capsys.readouterr().err == "" and sorted(p.name for p in folder.iterdir()) == compiled
     _fresh_transpose(False)(src, dst)  # compiled in memory: announced as such
-    assert "kernels of mmaemu.backends.cpu with numba in memory, in every process" in capsys.readouterr().err
+    assert "kernels of mmaemu.backends._cpu with numba in memory, in every process" in capsys.readouterr().err
 
 
 def test_an_index_of_another_source_compiles_and_says_so(fresh_decisions: Path,
@@ -114,7 +114,7 @@ def test_an_index_of_another_source_compiles_and_says_so(fresh_decisions: Path,
     _fresh_transpose(True)(src, dst)
     folder = _numba_cache.trusted_folder(cpu.__file__)
     assert folder is not None
-    (index,) = folder.glob("cpu._transpose_codes-*.nbi")
+    (index,) = folder.glob("_cpu._transpose_codes-*.nbi")
     with open(index, "rb") as f:
         version = pickle.load(f)
         stamp, overloads = pickle.loads(f.read())
@@ -126,7 +126,7 @@ def test_an_index_of_another_source_compiles_and_says_so(fresh_decisions: Path,
     again = _fresh_transpose(True)
     again(src, dst)
     assert sum(again.stats.cache_misses.values()) == 1 and not again.stats.cache_hits
-    assert "mmaemu: compiling the cpu backend's kernels of mmaemu.backends.cpu" in capsys.readouterr().err
+    assert "mmaemu: compiling the cpu backend's kernels of mmaemu.backends._cpu" in capsys.readouterr().err
 
 
 def test_only_mmaemu_compiles_are_announced(capsys: pytest.CaptureFixture[str]) -> None:
@@ -149,7 +149,7 @@ def test_the_key_is_the_source_not_its_path_or_file_times(tmp_path: Path) -> Non
         for module in (PACKAGE / "backends").glob("*.py"):
             shutil.copyfile(module, copy / module.name)
             os.utime(copy / module.name, (1_000_000 * (i + 1), 1_000_000 * (i + 1)))
-    keys = {_numba_cache._key(str(copy / "cpu.py")) for copy in copies}
+    keys = {_numba_cache._key(str(copy / "_cpu.py")) for copy in copies}
     assert keys == {_numba_cache._key(cpu.__file__)}
     digests = {_numba_cache.source_digest(str(copy)) for copy in copies}  # the source stamp
     assert digests == {_numba_cache.source_digest(str(PACKAGE / "backends"))}
@@ -159,7 +159,7 @@ def test_the_key_is_the_source_not_its_path_or_file_times(tmp_path: Path) -> Non
     shutil.copytree(copies[0], edited)
     steps = edited / "_cpu_steps.py"
     steps.write_bytes(steps.read_bytes().replace(b"def block_max", b"def block_max ", 1))
-    assert _numba_cache._key(str(edited / "cpu.py")) != key
+    assert _numba_cache._key(str(edited / "_cpu.py")) != key
     assert _numba_cache.source_digest(str(edited)) != _numba_cache.source_digest(str(copies[0]))
 
 
@@ -361,7 +361,7 @@ def test_an_open_cache_folder_is_not_used_and_the_warning_says_how_to_fix_it(fre
 def test_a_cache_file_others_can_write_disables_the_cache(fresh_decisions: Path, mode: int) -> None:
     folder = fresh_decisions / "numba" / caching_subpath()
     folder.mkdir(parents=True, mode=0o700)
-    planted = folder / "cpu._decode_rows-133.py311.nbi"
+    planted = folder / "_cpu._decode_rows-133.py311.nbi"
     planted.write_bytes(b"")
     os.chmod(planted, mode)
     with pytest.warns(UntrustedCacheWarning, match=rf"{planted} is writable by others"):

@@ -14,8 +14,8 @@ import hashlib
 import torch
 
 import mmaemu
-from mmaemu.platforms.splitk import SplitSource
-from mmaemu.cli import _quickstart_operands, main
+from mmaemu.platforms._splitk import SplitSource
+from mmaemu._cli import _quickstart_operands, main
 
 M, N, K = 64, 5760, 1920
 
@@ -56,9 +56,9 @@ def test_quickstart_operands_are_pinned() -> None:
 
 def test_quickstart_hopper_vs_ada() -> None:
     x, w, sx, sw = quickstart_operands()
-    plan = mmaemu.call.decide_split(
-        mmaemu.platforms.profiles.get_profile("hopper"),
-        mmaemu.platforms.splitk.Problem(M, N, K, mmaemu.formats.Fp8Format.E4M3, mmaemu.formats.Fp8Format.E4M3,
+    plan = mmaemu._call.decide_split(
+        mmaemu.platforms._profiles.get_profile("hopper"),
+        mmaemu.platforms._splitk.Problem(M, N, K, mmaemu.formats.Fp8Format.E4M3, mmaemu.formats.Fp8Format.E4M3,
                                 mmaemu.formats.OutFormat.BFLOAT16, True),
         "auto",
     )

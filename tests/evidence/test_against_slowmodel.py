@@ -331,8 +331,8 @@ def test_every_tri_probe_of_the_combination(s: int) -> None:
 
     Every placement for S <= 10 (and with ``--full``); a sample of 300 above.
     """
-    from mmaemu.accumulation import combine_parts
-    from mmaemu.split import Scheme
+    from mmaemu._accumulation import combine_parts
+    from mmaemu._split import Scheme
 
     eps, big = 2.0**-9, 448.0**2
     triples = [(e, p, m) for e in range(s) for p in range(s) for m in range(s) if len({e, p, m}) == 3]

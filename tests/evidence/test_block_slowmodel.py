@@ -3,7 +3,7 @@
 The expected values come from ``tests/slowmodel.py``'s :func:`block_scaled_output` (exact rationals, no mmaemu
 code), with each kernel's parameters written *here* from the research (research/blockfp8.md, section 6: the
 kernels' source and compiled code), never read from the package's model records. So a flipped choice in
-``mmaemu/kernels/block_model.py`` or in the arithmetic (the chain length, the combination, the order of the
+``mmaemu/kernels/_block_model.py`` or in the arithmetic (the chain length, the combination, the order of the
 scales, the fusion, the start, the chain's instruction) fails these tests; the per-choice tests below also show
 that the flipped choice gives other bits on the probe that separates it. The inputs are the recorder's block
 probes (built to separate every candidate, :mod:`mmaemu.recording._blockwise`), random operands and special
@@ -21,7 +21,7 @@ import torch
 from slowmodel import block_scaled_output
 
 import mmaemu
-from mmaemu.kernels.block_model import BLOCK_MODELS
+from mmaemu.kernels._block_model import BLOCK_MODELS
 from mmaemu.recording._blockwise import BlockProbe, block_probes
 
 FP8 = {"wgmma": ("fp8", 32, 13), "mma": ("fp8", 16, 13), "hmma": ("fp16", 16, 25)}  # chain, block size, F

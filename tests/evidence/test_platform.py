@@ -12,10 +12,10 @@ from conftest import RECORDINGS, require
 
 import mmaemu
 from mmaemu.formats import Fp8Format, OutFormat
-from mmaemu.platforms.profiles import PROFILES, get_profile, profiles
-from mmaemu.platforms.splitk import Problem, SplitSource, resolve_splitk
-from mmaemu.platforms.table import WS_BYTES, Setting, SplitTable
-from mmaemu.split import Scheme
+from mmaemu.platforms._profiles import PROFILES, get_profile, profiles
+from mmaemu.platforms._splitk import Problem, SplitSource, resolve_splitk
+from mmaemu.platforms._table import WS_BYTES, Setting, SplitTable
+from mmaemu._split import Scheme
 
 E4, E5 = Fp8Format.E4M3, Fp8Format.E5M2
 OUTS = [OutFormat.FLOAT32, OutFormat.BFLOAT16, OutFormat.FLOAT16, OutFormat.E4M3, OutFormat.E5M2]
@@ -243,7 +243,7 @@ def test_lookup_agrees_with_lookup_many() -> None:
 
 def test_live_query_source(monkeypatch: pytest.MonkeyPatch) -> None:
     """On the reference platform a live cuBLASLt answer decides shapes off the table (simulated here)."""
-    import mmaemu.platforms.splitk as plat
+    import mmaemu.platforms._splitk as plat
 
     assert plat.live_query(get_profile("hopper"), problem(16, 256, 128)) is None  # not the reference GPU
     monkeypatch.setattr(plat, "live_query", lambda profile, p: (3, 1))
@@ -258,8 +258,8 @@ def test_live_query_source(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_an_undecided_shape_says_what_is_known_and_what_to_do(capsys: pytest.CaptureFixture[str]) -> None:
     """SplitKUnknownError names the nearest decided shapes (really decided by the table), the explain
     command for the shape, when splitk=1 is justified, and how a recording settles it."""
-    from mmaemu.cli import main
-    from mmaemu.platforms.splitk import SplitSource
+    from mmaemu._cli import main
+    from mmaemu.platforms._splitk import SplitSource
 
     p = problem(32, 48, 5152, fast=False)  # above the K floor, off the table, below the envelope's bound
     with pytest.raises(mmaemu.SplitKUnknownError) as info:

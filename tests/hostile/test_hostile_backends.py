@@ -14,17 +14,17 @@ from typing import Any
 import pytest
 import torch
 
-from mmaemu.accumulation import AccumulationPlan
+from mmaemu._accumulation import AccumulationPlan
 from mmaemu.backends import (
     CONCRETE,
     EXECUTORS,
     Accumulated,
     Backend,
     Executor,
-    capabilities,
-    cpu,
+    _capabilities as capabilities,
+    _cpu as cpu,
     parse_backend,
-    reference,
+    _reference as reference,
     register_backend,
     unregister_backend,
 )

@@ -1,7 +1,7 @@
 """Hostile biases and inputs that require grad, at every entry point of a ``_scaled_mm`` call.
 
 The bias: torch 2.7.1 checks only that it has N elements and hands cuBLASLt its data pointer, and
-cuBLASLt reads N packed elements from there (mmaemu.checks, [Note: bias memory]). The expected result
+cuBLASLt reads N packed elements from there (mmaemu._checks, [Note: bias memory]). The expected result
 of a biased call is therefore computed here from the bias's storage bytes, independently of mmaemu's
 reading: the call with the N elements at the data pointer as a fresh contiguous bias. A bias whose N
 elements leave its storage, or whose data pointer is not 16-byte aligned, is refused before anything is
@@ -22,7 +22,7 @@ import pytest
 import torch
 
 import mmaemu
-from mmaemu import call, ops
+from mmaemu import _call as call, ops
 from mmaemu.testing import assert_bitwise_equal
 
 E4 = torch.float8_e4m3fn

@@ -15,8 +15,8 @@ import pytest
 from mmaemu.errors import RecordingDamagedError
 from mmaemu.recording._blockwise import block_results, computed_block
 from mmaemu.recording._writer import reseal
-from mmaemu.recording.format import Recording
-from mmaemu.recording.replay import main_replay
+from mmaemu.recording._format import Recording
+from mmaemu.recording._replay import main_replay
 
 TOOLS = Path(__file__).resolve().parents[2] / "tools"
 

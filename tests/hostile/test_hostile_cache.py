@@ -24,7 +24,7 @@ import pytest
 from emulated_device import copy_recording
 
 from mmaemu.presets import Maturity
-from mmaemu.recording.profile import profile_from_recording
+from mmaemu.recording._profile import profile_from_recording
 
 numba = pytest.importorskip("numba")
 
@@ -48,7 +48,7 @@ class _Plant:
 def _planted_index_names() -> tuple[Path, list[str]]:
     """The cache folder (under ``numba/``) of the cpu backend's modules and the index file name of each of their
     numba functions (numba's format: ``module.qualname-firstline.pyXY[abiflags].nbi``)."""
-    from mmaemu.backends import _cpu_fp8, _cpu_zoo, _cpu_zoo_vector, _numba_cache, cpu
+    from mmaemu.backends import _cpu_fp8, _cpu_zoo, _cpu_zoo_vector, _numba_cache, _cpu as cpu
 
     names = []
     for module in (cpu, _cpu_zoo, _cpu_fp8, _cpu_zoo_vector):
@@ -258,7 +258,7 @@ def test_replay_refuses_to_attest_with_a_key_others_can_replace(emulated_recordi
                                                                 monkeypatch: pytest.MonkeyPatch,
                                                                 capsys: pytest.CaptureFixture[str]) -> None:
     """Old code: the replay signed its report with whatever replay.key the world-writable folder held."""
-    from mmaemu.recording.replay import main_replay
+    from mmaemu.recording._replay import main_replay
 
     os.chmod(tmp_path, 0o700)
     recording = copy_recording(emulated_recording, tmp_path, keep_report=True)

@@ -18,12 +18,12 @@ import torch
 
 import mmaemu
 from mmaemu import ops
-from mmaemu.backends import cpu as cpu_backend
-from mmaemu.backends.triton import backend as triton_backend
+from mmaemu.backends import _cpu as cpu_backend
+from mmaemu.backends._triton import backend as triton_backend
 from mmaemu._host import check_cpu_subnormals
 from mmaemu.formats import Fp8Format, OutFormat
-from mmaemu.platforms.splitk import Problem, SplitSource, resolve_splitk
-from mmaemu.platforms.profiles import get_profile
+from mmaemu.platforms._splitk import Problem, SplitSource, resolve_splitk
+from mmaemu.platforms._profiles import get_profile
 from mmaemu.testing import assert_bitwise_equal
 
 E4, E5 = torch.float8_e4m3fn, torch.float8_e5m2

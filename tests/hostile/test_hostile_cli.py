@@ -15,14 +15,14 @@ import pytest
 import torch
 from emulated_device import copy_recording
 
-from mmaemu import bench, cli
+from mmaemu import _bench as bench, _cli as cli
 from mmaemu.errors import RecordingDamagedError
-from mmaemu.recording import replay as replay_module
+from mmaemu.recording import _replay as replay_module
 from mmaemu.recording._attestation import attest
-from mmaemu.recording.record import main_record
-from mmaemu.recording.replay import main_replay, replay
+from mmaemu.recording._record import main_record
+from mmaemu.recording._replay import main_replay, replay
 from mmaemu.recording._writer import RecordingWriter, reseal
-from mmaemu.split import Scheme, SplitK
+from mmaemu._split import Scheme, SplitK
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -102,7 +102,7 @@ def test_bad_replay_options_change_nothing(recorded: Path, tmp_path: Path, optio
 
 def test_an_unusable_backend_is_refused_before_reading(recorded: Path, tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    from mmaemu.backends import cpu
+    from mmaemu.backends import _cpu as cpu
 
     path = _copy(recorded, tmp_path)
     before = (path / "replay.json").read_bytes()
@@ -394,7 +394,7 @@ def test_the_cli_docstring_lists_every_command() -> None:
 def test_a_replay_under_another_preset_does_not_validate_the_profile(recorded: Path, tmp_path: Path) -> None:
     """Old code: a passing replay with --preset X validated a profile built with the probes' preset Y."""
     from mmaemu.presets import Maturity
-    from mmaemu.recording.profile import profile_from_recording
+    from mmaemu.recording._profile import profile_from_recording
 
     path = _copy(recorded, tmp_path)
     report = json.loads((path / "replay.json").read_text())

@@ -9,11 +9,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mmaemu.platforms.gpus import GPUS, USER_GPUS, Architecture, ReferenceGpu, reference_gpu
-from mmaemu.platforms.profiles import PROFILES, USER_PROFILES, get_profile, register_gpu, unregister_gpu
-from mmaemu.platforms.table import USER_TABLES, SplitTable, table_arrays
+from mmaemu.platforms._gpus import GPUS, USER_GPUS, Architecture, ReferenceGpu, reference_gpu
+from mmaemu.platforms._profiles import PROFILES, USER_PROFILES, get_profile, register_gpu, unregister_gpu
+from mmaemu.platforms._table import USER_TABLES, SplitTable, table_arrays
 from mmaemu.presets import ADA
-from mmaemu.split import SplitFamily
+from mmaemu._split import SplitFamily
 
 GOOD: dict[str, Any] = dict(
     key="hostile", name="NVIDIA Hostile", architecture=Architecture.SM89, sm_count=8, cublaslt="12.8.3.14",

@@ -285,7 +285,7 @@ def test_layer_refuses_bad_weights_and_modules() -> None:
 def test_unregistered_profile_object_is_refused() -> None:
     from dataclasses import replace
 
-    from mmaemu.platforms.profiles import get_profile
+    from mmaemu.platforms._profiles import get_profile
 
     twin = replace(get_profile("hopper-te"), name="hopper")  # hopper's name, hopper-te's tables
     with pytest.raises(ValueError, match="not the profile registered under that name"):

@@ -17,13 +17,13 @@ import numpy as np
 import pytest
 from emulated_device import copy_recording
 
-from mmaemu import cli
+from mmaemu import _cli as cli
 from mmaemu.errors import RecordingDamagedError
 from mmaemu.presets import Maturity
-from mmaemu.recording.format import Recording
+from mmaemu.recording._format import Recording
 from mmaemu.recording._writer import RecordingWriter, reseal
-from mmaemu.recording.profile import profile_from_recording
-from mmaemu.recording.replay import main_replay, replay
+from mmaemu.recording._profile import profile_from_recording
+from mmaemu.recording._replay import main_replay, replay
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -486,7 +486,7 @@ def test_profile_arguments_are_checked(recorded: Path) -> None:
 def test_the_table_id_of_a_recording_is_one_printable_word(recorded: Path, tmp_path: Path, cublaslt: str) -> None:
     """Issue 46 hostile pass: the recording's table id carried environment.cublaslt unsanitised, so a version
     string with whitespace or a control character made an id that register_table (rightly) refuses."""
-    from mmaemu.platforms.table import SplitTable, shipped_table_id
+    from mmaemu.platforms._table import SplitTable, shipped_table_id
 
     path = _copy(recorded, tmp_path)
     manifest = json.loads((path / "manifest.json").read_text())

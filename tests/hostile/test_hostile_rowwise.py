@@ -15,8 +15,8 @@ from slowmodel import chains_sum, epilogue_rowwise
 
 import mmaemu
 from mmaemu.errors import UnknownNameError
-from mmaemu.kernels.model import kernel_model
-from mmaemu.platforms.profiles import get_profile
+from mmaemu.kernels._model import kernel_model
+from mmaemu.platforms._profiles import get_profile
 
 M, N, K = 16, 128, 64
 NAN, INF = float("nan"), float("inf")

@@ -27,7 +27,7 @@ import torch
 
 import mmaemu
 import mmaemu.ops  # noqa: F401 - registers torch.ops.mmaemu.scaled_mm
-from mmaemu import cli, model
+from mmaemu import _cli as cli, model
 from mmaemu.nn import EmulatedFP8Linear
 from mmaemu.testing import assert_bitwise_equal, bitwise_diff
 

@@ -24,11 +24,11 @@ import pytest
 
 import mmaemu
 from mmaemu.formats import Fp8Format, OutFormat
-from mmaemu.platforms import profiles as profiles_module
-from mmaemu.platforms import table as table_module
-from mmaemu.platforms.profiles import PROFILES, USER_PROFILES, get_profile, register_profile, unregister_profile
-from mmaemu.platforms.splitk import Problem, SplitSource, resolve_splitk
-from mmaemu.platforms.table import (
+from mmaemu.platforms import _profiles as profiles_module
+from mmaemu.platforms import _table as table_module
+from mmaemu.platforms._profiles import PROFILES, USER_PROFILES, get_profile, register_profile, unregister_profile
+from mmaemu.platforms._splitk import Problem, SplitSource, resolve_splitk
+from mmaemu.platforms._table import (
     H100_TABLE,
     RTX4060_TABLE,
     SHIPPED_TABLES,
@@ -39,7 +39,7 @@ from mmaemu.platforms.table import (
     table_arrays,
     write_table,
 )
-from mmaemu.split import Scheme
+from mmaemu._split import Scheme
 
 E4 = Fp8Format.E4M3
 BF16 = OutFormat.BFLOAT16

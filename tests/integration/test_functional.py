@@ -217,7 +217,7 @@ def test_tensor_wise_bits_are_scaled_mm_s(out: torch.dtype | None, fast: bool) -
     assert got.dtype == native.dtype and got.shape == native.shape  # torch's own result on this CPU: same type
 
 
-# --- BlockWise1x128 x BlockWise128x128: computed as a named block kernel model (mmaemu.blockwise) ------------------
+# --- BlockWise1x128 x BlockWise128x128: computed as a named block kernel model (mmaemu._blockwise) ------------------
 
 B1, B128 = F.ScalingType.BlockWise1x128, F.ScalingType.BlockWise128x128
 KERNEL = "deepgemm-sm90"

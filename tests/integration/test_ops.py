@@ -170,13 +170,13 @@ def test_export_holds_the_operator_and_gives_the_bits_of_eager() -> None:
 
 
 def test_operator_and_module_take_the_same_profiles() -> None:
-    """One rule (platforms.profiles.registered_name) for the profile the operator and the module carry: a
+    """One rule (platforms._profiles.registered_name) for the profile the operator and the module carry: a
     user-registered Profile object is accepted by both (the operator took built-in ones only), a copy
     under a registered name by neither."""
     import dataclasses
 
     from mmaemu.platforms import register_profile, unregister_profile
-    from mmaemu.platforms.profiles import PROFILES
+    from mmaemu.platforms._profiles import PROFILES
 
     mine = dataclasses.replace(PROFILES["hopper"], name="ops-test-hopper")
     register_profile(mine)

@@ -8,11 +8,11 @@ import functools
 import pytest
 import torch
 
-from mmaemu.backends import reference
-from mmaemu.platforms.profiles import SplitFamily, get_profile
-from mmaemu.platforms.splitk import scheme_for
+from mmaemu.backends import _reference as reference
+from mmaemu.platforms._profiles import SplitFamily, get_profile
+from mmaemu.platforms._splitk import scheme_for
 from mmaemu.presets import ADA, B200_MMA_SYNC, HOPPER, SM120, CMode, Preset
-from mmaemu.recording.probes import (
+from mmaemu.recording._probes import (
     CANDIDATES,
     Candidate,
     ProbeResult,
@@ -23,7 +23,7 @@ from mmaemu.recording.probes import (
     unsplit_probes,
 )
 from mmaemu.recording._verdict import probe_document, results_from_document, sm120_note
-from mmaemu.split import Scheme, SplitK
+from mmaemu._split import Scheme, SplitK
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -18,21 +18,21 @@ import torch
 from emulated_device import TINY_GRID, EmulatedDevice, copy_recording
 
 import mmaemu
-from mmaemu.platforms.splitk import SplitSource
-from mmaemu import cli
+from mmaemu.platforms._splitk import SplitSource
+from mmaemu import _cli as cli
 from mmaemu.formats import Fp8Format, OutFormat
 from mmaemu.presets import Maturity
-from mmaemu.platforms.profiles import USER_PROFILES, get_profile, register_profile, unregister_profile
-from mmaemu.platforms.splitk import Problem, resolve_splitk
-from mmaemu.platforms.table import SplitTable
+from mmaemu.platforms._profiles import USER_PROFILES, get_profile, register_profile, unregister_profile
+from mmaemu.platforms._splitk import Problem, resolve_splitk
+from mmaemu.platforms._table import SplitTable
 from mmaemu.recording._budget import Budget
-from mmaemu.recording.record import Recorder, record
-from mmaemu.recording.format import Recording, inspect
+from mmaemu.recording._record import Recorder, record
+from mmaemu.recording._format import Recording, inspect
 from mmaemu.recording._writer import reseal
 from mmaemu.recording._records import CallClass, CallRecord, Part, Section, SectionStatus
 from mmaemu.recording._envelope import TableRows
-from mmaemu.recording.profile import profile_from_recording
-from mmaemu.recording.replay import main_replay, replay
+from mmaemu.recording._profile import profile_from_recording
+from mmaemu.recording._replay import main_replay, replay
 
 E4 = Fp8Format.E4M3
 
@@ -228,7 +228,7 @@ def test_budget_stops_cleanly_and_the_partial_recording_replays(tmp_path: Path) 
     assert rec.section(Section.ENVIRONMENT) is SectionStatus.COMPLETE
     assert rec.manifest["budget"]["stopped"] and rec.has_table()
     assert inspect(path).changed == []
-    report = replay(path, preset="hopper", split_family=mmaemu.platforms.profiles.SplitFamily.CONTIGUOUS, write=False)
+    report = replay(path, preset="hopper", split_family=mmaemu.platforms._profiles.SplitFamily.CONTIGUOUS, write=False)
     assert not [f for f in report.failures if not f.startswith(("probes", "recording incomplete"))], report.failures
     assert not report.passed and "section heuristics is partial (stopped by the time budget)" in report.incomplete
 
@@ -242,7 +242,7 @@ def test_the_bias_probes_decide_the_bias_order(recorded: Path, tmp_path: Path) -
     """Plumbing: the recorder's bias probes tell the two candidate epilogues apart. The emulated GPU of
     the shared recording computes 'after-scale'; one recorded here computes 'fused'; each verdict names its own, the
     profile built from it carries it, and its biased calls no longer warn as unverified."""
-    from mmaemu.epilogue import BiasOrder
+    from mmaemu._epilogue import BiasOrder
     from mmaemu.recording._verdict import verdict_from_recording
 
     after = verdict_from_recording(Recording.open(recorded))

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from mmaemu.kernels.model import candidates
-from mmaemu.platforms.profiles import get_profile
+from mmaemu.kernels._model import candidates
+from mmaemu.platforms._profiles import get_profile
 from mmaemu.recording._rowwise import RowwiseResult, computed, fitting_kernels, rowwise_probes
 
 

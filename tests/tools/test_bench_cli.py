@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from mmaemu import bench
-from mmaemu.cli import main
+from mmaemu import _bench as bench
+from mmaemu._cli import main
 
 
 def test_bench_small_shape(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -72,7 +72,7 @@ def test_bench_block_scaled_against_scaled_mm(tmp_path: Path, capsys: pytest.Cap
 def test_bench_refuses_to_time_unequal_bits(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """A backend whose bits differ from the reference's is never timed: exit 1, the reason on stderr."""
     pytest.importorskip("numba")
-    from mmaemu.backends import cpu
+    from mmaemu.backends import _cpu as cpu
 
     real = cpu.accumulate
     monkeypatch.setattr(cpu, "accumulate", lambda *a: real(*a)._replace(values=real(*a).values * 2))

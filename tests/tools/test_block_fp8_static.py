@@ -2,7 +2,7 @@
 
 The committed analysis (docs/data/block_fp8_static.json: torchao 0.18's ``blockwise_fp8_gemm_kernel`` compiled
 for sm_90 and sm_89 by Triton 3.6.0 and the newest) is checked against every Triton model of
-:mod:`mmaemu.kernels.block_model` (its instruction, chain length, scale order and fusion), and the installed
+:mod:`mmaemu.kernels._block_model` (its instruction, chain length, scale order and fusion), and the installed
 Triton's compile of it is redone and compared with the committed one.
 """
 
@@ -18,8 +18,8 @@ from types import ModuleType
 
 import pytest
 
-from mmaemu.kernels.block_model import BLOCK_MODELS, BlockFamily, Operands
-from mmaemu.kernels.model import Fusion, ScaleOrder
+from mmaemu.kernels._block_model import BLOCK_MODELS, BlockFamily, Operands
+from mmaemu.kernels._model import Fusion, ScaleOrder
 
 TOOLS = Path(__file__).resolve().parents[2] / "tools"
 

@@ -12,9 +12,9 @@ from types import ModuleType
 import pytest
 import torch
 
-from mmaemu.kernels.block_model import BLOCK_MODELS, block_candidates
+from mmaemu.kernels._block_model import BLOCK_MODELS, block_candidates
 from mmaemu.recording._blockwise import BlockProbe, block_separation, computed_block
-from mmaemu.recording.replay import main_replay, replay
+from mmaemu.recording._replay import main_replay, replay
 
 TOOLS = Path(__file__).resolve().parents[2] / "tools"
 DATA = Path(__file__).resolve().parents[2] / "docs" / "data" / "block_probes.json"

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from mmaemu.recording._envelope import NO_CLAIM, TableRows, fit_envelope, heldout_mask, validate_envelope
-from mmaemu.recording.format import Part
-from mmaemu.platforms.table import setting_code
+from mmaemu.recording._format import Part
+from mmaemu.platforms._table import setting_code
 
 SETTING = int(setting_code(0, 0, 1, 1, 1))  # e4m3 x e4m3 -> bf16, fast, 1 MiB
 KS = (1024, 2048, 4096, 8192)

@@ -24,8 +24,8 @@ def test_every_mutant_applies_to_the_current_source() -> None:
 def test_the_ci_sample_covers_every_area() -> None:
     mutants = load_tool("mutants")
     sample = mutants.sample(mutants.MUTANTS)
-    assert {m.path for m in sample} >= {"mmaemu/model.py", "mmaemu/accumulation.py", "mmaemu/epilogue.py",
-                                        "mmaemu/backends/cpu.py"}
+    assert {m.path for m in sample} >= {"mmaemu/model.py", "mmaemu/_accumulation.py", "mmaemu/_epilogue.py",
+                                        "mmaemu/backends/_cpu.py"}
     assert len(sample) <= len(mutants.MUTANTS) // 3 + 1
 
 
@@ -43,7 +43,7 @@ def test_figures_need_evidence(tmp_path: Path) -> None:
 
 
 def test_the_profiles_table_lists_the_registry() -> None:
-    from mmaemu.platforms.profiles import profiles
+    from mmaemu.platforms._profiles import profiles
 
     table = load_tool("validation_report").profiles_table()
     for p in profiles():

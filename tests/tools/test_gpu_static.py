@@ -140,7 +140,7 @@ def test_one_target_as_ci_runs_it_equals_the_committed_report(tmp_path: Path) ->
 
 def _launched(gs: ModuleType, stored: dict[str, object]) -> set[str]:
     """Every variant the backend can launch (names as the report writes them)."""
-    from mmaemu.backends.triton.backend import (
+    from mmaemu.backends._triton.backend import (
         RZ_GENERAL_GPU_CONFIG,
         RZ_GPU_CONFIG,
         SMALL_GRID_TILES,

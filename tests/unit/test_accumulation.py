@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import mmaemu
-from mmaemu.accumulation import (
+from mmaemu._accumulation import (
     combine_parts,
     empty_part_count,
     flat_combination,
@@ -17,7 +17,7 @@ from mmaemu.accumulation import (
     pairwise_steps,
     plan_accumulation,
 )
-from mmaemu.split import Combination, Dealing, Scheme, SplitFamily, SplitK
+from mmaemu._split import Combination, Dealing, Scheme, SplitFamily, SplitK
 
 
 def flat(plan: object, part: int) -> list[int]:

@@ -17,8 +17,8 @@ from mmaemu.backends import (
     CONCRETE,
     Backend,
     auto_fallback,
-    capabilities,
-    cpu,
+    _capabilities as capabilities,
+    _cpu as cpu,
     parse_backend,
     register_backend,
     require,
@@ -134,7 +134,7 @@ def test_a_registered_backend_is_a_name_backend_accepts(madeup: types.ModuleType
 
 def test_the_capability_table_and_info_list_a_registered_backend(madeup: types.ModuleType,
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
-    from mmaemu.cli import main
+    from mmaemu._cli import main
     from mmaemu.presets import B200_MMA_SYNC, HOPPER, instruction_preset
 
     assert supports("madeup", HOPPER, (torch.float8_e5m2,), "cpu").native

@@ -1,4 +1,4 @@
-"""mmaemu.kernels.block_model's registry and mmaemu.explain_block_scaled: names, candidates, what explain shows."""
+"""mmaemu.kernels._block_model's registry and mmaemu.explain_block_scaled: names, candidates, what explain shows."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import mmaemu
-from mmaemu.kernels.block_model import (
+from mmaemu.kernels._block_model import (
     BLOCK_MODELS,
     DEEPGEMM_SM90,
     Combination,
@@ -15,7 +15,7 @@ from mmaemu.kernels.block_model import (
     block_model,
     triton_model,
 )
-from mmaemu.kernels.model import Fusion, ScaleOrder
+from mmaemu.kernels._model import Fusion, ScaleOrder
 
 
 def test_the_registry_names_every_path_block_k_and_fusion() -> None:

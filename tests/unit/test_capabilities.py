@@ -1,12 +1,12 @@
-"""The capability table (``mmaemu/backends/capabilities.py``): ``parse_backend``, ``native`` and ``supports``."""
+"""The capability table (``mmaemu/backends/_capabilities.py``): ``parse_backend``, ``native`` and ``supports``."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from mmaemu.backends import Backend, cpu
-from mmaemu.backends.capabilities import CONCRETE, EXECUTORS, native, parse_backend
+from mmaemu.backends import Backend, _cpu as cpu
+from mmaemu.backends._capabilities import CONCRETE, EXECUTORS, native, parse_backend
 from mmaemu.errors import UnknownNameError
 from mmaemu.presets import ZOO, presets
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from mmaemu.cli import main
+from mmaemu._cli import main
 
 
 def test_explain_quickstart_shape(capsys: pytest.CaptureFixture[str]) -> None:
@@ -126,7 +126,7 @@ def test_explain_plan_is_the_plan_of_real_cpu_operands(argv: list[str], capsys: 
     import torch
 
     import mmaemu
-    from mmaemu.cli import build_parser
+    from mmaemu._cli import build_parser
     from mmaemu.formats import dtype_from_name
 
     args = build_parser().parse_args(["explain", *argv])

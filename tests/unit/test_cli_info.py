@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mmaemu.cli import main
+from mmaemu._cli import main
 
 
 def test_info(capsys: pytest.CaptureFixture[str]) -> None:

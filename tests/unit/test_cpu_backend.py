@@ -8,7 +8,7 @@ import torch
 
 from mmaemu.formats import EXPONENT_OF_ZERO, Fp8Format, decode_fp8
 
-cpu = pytest.importorskip("mmaemu.backends.cpu")
+cpu = pytest.importorskip("mmaemu.backends._cpu")
 from mmaemu.backends import _cpu_scratch  # noqa: E402
 if not cpu.available()[0]:  # pragma: no cover
     pytest.skip("numba is not installed", allow_module_level=True)

@@ -23,7 +23,7 @@ import torch
 import mmaemu
 from mmaemu.presets import CMode, Preset, Rounding, get_preset
 
-cpu = pytest.importorskip("mmaemu.backends.cpu")
+cpu = pytest.importorskip("mmaemu.backends._cpu")
 _cpu_fp8 = pytest.importorskip("mmaemu.backends._cpu_fp8")
 if not cpu.available()[0]:  # pragma: no cover
     pytest.skip("numba is not installed", allow_module_level=True)

@@ -26,16 +26,16 @@ import pytest
 import torch
 
 import mmaemu
-from mmaemu.accumulation import plan_accumulation
+from mmaemu._accumulation import plan_accumulation
 from mmaemu.presets import Architecture
 from mmaemu.quantization import round_to_tf32
-from mmaemu.split import Scheme, SplitK
+from mmaemu._split import Scheme, SplitK
 from mmaemu.testing import assert_bitwise_equal
 
-cpu = pytest.importorskip("mmaemu.backends.cpu")
+cpu = pytest.importorskip("mmaemu.backends._cpu")
 if not cpu.available()[0]:  # pragma: no cover
     pytest.skip("numba is not installed", allow_module_level=True)
-from mmaemu.backends import _cpu_zoo, _cpu_zoo_vector, reference  # noqa: E402
+from mmaemu.backends import _cpu_zoo, _cpu_zoo_vector, _reference as reference  # noqa: E402
 
 
 @contextmanager

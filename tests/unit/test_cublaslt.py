@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import torch
 
-import mmaemu.platforms.cublaslt as lt
-from mmaemu.platforms.cublaslt import (
+import mmaemu.platforms._cublaslt as lt
+from mmaemu.platforms._cublaslt import (
     CublasLt,
     HeuristicQuery,
     HeuristicResult,
@@ -47,7 +47,7 @@ def query(m: int = 64, n: int = 5760, k: int = 1920, a: torch.dtype = E4, b: tor
 def test_module_imports_without_loading_anything() -> None:
     for name in lt.__all__:
         assert hasattr(lt, name), name
-    code = "import mmaemu.platforms.cublaslt as c; assert c._LOADED == {}, c._LOADED"
+    code = "import mmaemu.platforms._cublaslt as c; assert c._LOADED == {}, c._LOADED"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
 
@@ -84,7 +84,7 @@ def test_the_recorder_without_a_gpu_raises_record_unavailable(tmp_path: Any) -> 
     """docs/limitations.md: ``record`` on a machine without CUDA or cuBLASLt raises RecordUnavailableError (a
     BackendUnavailableError) before it writes anything."""
     from mmaemu.errors import RecordUnavailableError
-    from mmaemu.recording.record import record
+    from mmaemu.recording._record import record
 
     if find_library() is not None and HAVE_CUDA:
         pytest.skip("libcublasLt and a CUDA device are both present: this machine could record")

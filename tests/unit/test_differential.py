@@ -21,7 +21,7 @@ import pytest
 import torch
 
 import mmaemu
-from mmaemu.accumulation import CONTIGUOUS_TILE, MAX_EMPTY_PARTS, ROUND_ROBIN_TILE
+from mmaemu._accumulation import CONTIGUOUS_TILE, MAX_EMPTY_PARTS, ROUND_ROBIN_TILE
 from conftest import FULL
 from mmaemu.testing import assert_bitwise_equal
 

@@ -8,7 +8,7 @@ import tomllib
 from pathlib import Path
 
 import mmaemu
-from mmaemu.version import DISTRIBUTION, FOREIGN_DISTRIBUTION
+from mmaemu._version import DISTRIBUTION, FOREIGN_DISTRIBUTION
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -19,7 +19,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import mmaemu
-from mmaemu.epilogue import BiasOrder, epilogue, scratch_epilogue
+from mmaemu._epilogue import BiasOrder, epilogue, scratch_epilogue
 
 _OUT = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -138,7 +138,7 @@ _TIE = 8384513 * 8392705  # 2**46 + 1: a product of two fp32 significands one un
 def test_the_fused_sum_rounds_once(e: int, shift: int, sign: float, odd: bool, noise: int) -> None:
     """The fused order's float64 sum of a product and a bias rounds to fp32 once: products with a tail far below
     float64's precision next to an fp32 tie (2**46 + 1 times a power of two), where rounding twice is wrong."""
-    from mmaemu.epilogue import _round_sum_to_fp32
+    from mmaemu._epilogue import _round_sum_to_fp32
 
     product = sign * float(_TIE + noise) * 2.0 ** (e - 46)  # 2**e (1 + tiny), exact in float64
     bias = (2.0 ** (e + 24 + shift)) * (1 + (2.0**-7 if odd else 0.0))

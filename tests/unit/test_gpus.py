@@ -16,15 +16,15 @@ import torch
 import mmaemu
 from mmaemu.errors import SplitKUnknownError, UnknownNameError
 from mmaemu.formats import Fp8Format, OutFormat
-from mmaemu.platforms import inference
-from mmaemu.platforms.gpus import GPUS, USER_GPUS, Architecture, ReferenceGpu, reference_gpu
-from mmaemu.platforms.profiles import (PROFILES, USER_PROFILES, Caller, get_profile, profiles_of, register_gpu,
+from mmaemu.platforms import _inference as inference
+from mmaemu.platforms._gpus import GPUS, USER_GPUS, Architecture, ReferenceGpu, reference_gpu
+from mmaemu.platforms._profiles import (PROFILES, USER_PROFILES, Caller, get_profile, profiles_of, register_gpu,
                                        unregister_gpu)
-from mmaemu.platforms.splitk import Problem, SplitSource, resolve_splitk, trace_splitk
-from mmaemu.platforms.table import (SHIPPED_TABLES, USER_TABLES, Setting, SplitTable, setting_statistics,
+from mmaemu.platforms._splitk import Problem, SplitSource, resolve_splitk, trace_splitk
+from mmaemu.platforms._table import (SHIPPED_TABLES, USER_TABLES, Setting, SplitTable, setting_statistics,
                                     table_arrays)
 from mmaemu.presets import ADA, Maturity
-from mmaemu.split import Scheme, SplitFamily, SplitK
+from mmaemu._split import Scheme, SplitFamily, SplitK
 
 E4 = Fp8Format.E4M3
 BF16 = OutFormat.BFLOAT16

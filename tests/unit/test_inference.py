@@ -1,4 +1,4 @@
-"""Inferred split-K decisions (mmaemu.platforms.inference): each shipped rule against every recorded row,
+"""Inferred split-K decisions (mmaemu.platforms._inference): each shipped rule against every recorded row,
 the shapes they decide, their warning, MMAEMU_SPLITK_STRICT, and rules broken on purpose."""
 
 from __future__ import annotations
@@ -14,19 +14,19 @@ from conftest import RECORDINGS, require
 import mmaemu
 from mmaemu.errors import InferredSplitWarning
 from mmaemu.formats import Fp8Format, OutFormat
-from mmaemu.platforms import inference
-from mmaemu.platforms.gpus import GPUS
-from mmaemu.platforms.inference import CANDIDATES, SHIPPED, Rule, check_rule
-from mmaemu.platforms.profiles import get_profile
-from mmaemu.platforms.splitk import Problem, SplitSource, resolve_splitk, trace_splitk
-from mmaemu.platforms.table import (
+from mmaemu.platforms import _inference as inference
+from mmaemu.platforms._gpus import GPUS
+from mmaemu.platforms._inference import CANDIDATES, SHIPPED, Rule, check_rule
+from mmaemu.platforms._profiles import get_profile
+from mmaemu.platforms._splitk import Problem, SplitSource, resolve_splitk, trace_splitk
+from mmaemu.platforms._table import (
     WS_BYTES,
     Setting,
     SplitTable,
     setting_code,
     table_arrays,
 )
-from mmaemu.split import Scheme
+from mmaemu._split import Scheme
 
 #: The tables the rules are bound to: those of the reference GPUs' records.
 H100_TABLE, RTX4060_TABLE = str(GPUS["h100"].table_id), str(GPUS["rtx4060"].table_id)

@@ -11,8 +11,8 @@ import pytest
 import torch
 from slowmodel import epilogue_rowwise
 
-from mmaemu.kernels.epilogue import rowwise_epilogue
-from mmaemu.kernels.model import (
+from mmaemu.kernels._epilogue import rowwise_epilogue
+from mmaemu.kernels._model import (
     ROWWISE_SM89,
     ROWWISE_SM90,
     Fusion,
@@ -22,9 +22,9 @@ from mmaemu.kernels.model import (
     kernel_model,
     rowwise_model_for,
 )
-from mmaemu.kernels.plans import staged_chains
-from mmaemu.kernels.sm90 import dispatch
-from mmaemu.kernels.streamk import mapping
+from mmaemu.kernels._plans import staged_chains
+from mmaemu.kernels._sm90 import dispatch
+from mmaemu.kernels._streamk import mapping
 from mmaemu.presets import ADA, B200_MMA_SYNC, HOPPER
 from mmaemu.errors import UnknownNameError
 

@@ -246,8 +246,8 @@ def test_hmma_rewrite_edge_semantics() -> None:
 def test_no_backend_approximates_an_unmodelled_fp32_accumulator() -> None:
     """hopper_mma_sync's fp32 accumulator is open: the capability table says no backend supports it, and the
     reference backend raises before computing, even when handed the preset directly."""
-    from mmaemu.accumulation import plan_accumulation
-    from mmaemu.backends import capabilities, reference
+    from mmaemu._accumulation import plan_accumulation
+    from mmaemu.backends import _capabilities as capabilities, _reference as reference
 
     a = torch.ones(2, 32).to(torch.float8_e4m3fn)
     for backend in capabilities.CONCRETE:

@@ -1,6 +1,6 @@
 """One normaliser per argument: every entry point refuses a bad ``splitk`` or ``backend`` with the same words.
 
-``splitk`` goes through :func:`mmaemu.split.parse_splitk` (text: ``splitk_from_text``), ``backend``
+``splitk`` goes through :func:`mmaemu._split.parse_splitk` (text: ``splitk_from_text``), ``backend``
 through :func:`mmaemu.backends.parse_backend`, format names through :func:`mmaemu.formats.dtype_from_name`,
 ``profile`` through :func:`mmaemu.platforms.get_profile`. If an entry point grew its own parser, its
 message (or its acceptance) would drift from the others' and these tests would fail.
@@ -16,9 +16,9 @@ import torch
 import mmaemu
 from mmaemu import nn, ops
 from mmaemu.backends import Backend, parse_backend
-from mmaemu.cli import main
+from mmaemu._cli import main
 from mmaemu.formats import FORMAT_NAMES, dtype_from_name
-from mmaemu.split import AUTO, Scheme, SplitK, parse_splitk, splitk_from_text, splitk_text
+from mmaemu._split import AUTO, Scheme, SplitK, parse_splitk, splitk_from_text, splitk_text
 
 X = torch.full((16, 32), 1.0).to(torch.float8_e4m3fn)
 W = torch.full((16, 32), 1.0).to(torch.float8_e4m3fn)

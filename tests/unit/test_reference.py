@@ -1,4 +1,4 @@
-"""The reference backend (``mmaemu/backends/reference.py``): its tiles, its Inf pass and its refusals.
+"""The reference backend (``mmaemu/backends/_reference.py``): its tiles, its Inf pass and its refusals.
 
 Expected values come from the independent slow model (``tests/slowmodel.py``, exact rational
 arithmetic), output by output, so a tile boundary that drops or repeats a row, a column or a part
@@ -13,11 +13,11 @@ import pytest
 import slowmodel as sm
 import torch
 
-from mmaemu.accumulation import plan_accumulation
-from mmaemu.backends import reference
+from mmaemu._accumulation import plan_accumulation
+from mmaemu.backends import _reference as reference
 from mmaemu.errors import UnsupportedFeatureError
 from mmaemu.presets import get_preset
-from mmaemu.split import SplitK
+from mmaemu._split import SplitK
 
 FMT = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
 

@@ -20,11 +20,11 @@ import torch
 import mmaemu
 from mmaemu import backends
 from mmaemu.backends import Backend, auto_fallback, resolve_backend
-from mmaemu.backends.triton import backend as triton_backend
-from mmaemu.backends.triton import _native as triton_native
-from mmaemu.backends.triton import _selftest as triton_selftest
-from mmaemu.backends.triton._selftest import KernelResult, SelfTestReport
-from mmaemu.cli import main
+from mmaemu.backends._triton import backend as triton_backend
+from mmaemu.backends._triton import _native as triton_native
+from mmaemu.backends._triton import _selftest as triton_selftest
+from mmaemu.backends._triton._selftest import KernelResult, SelfTestReport
+from mmaemu._cli import main
 from mmaemu.errors import BackendFallbackWarning, BackendUnavailableError
 from mmaemu.presets import Preset
 
@@ -227,7 +227,7 @@ def test_package_works_without_triton() -> None:
     code = (
         "import sys; sys.modules['triton'] = None\n"
         "import torch, mmaemu\n"
-        "from mmaemu.backends import resolve_backend, Backend\nfrom mmaemu.backends.triton import backend as triton_backend\n"
+        "from mmaemu.backends import resolve_backend, Backend\nfrom mmaemu.backends._triton import backend as triton_backend\n"
         "from mmaemu.errors import BackendUnavailableError\n"
         "ok, why = triton_backend.available()\n"
         "assert not ok and 'not installed' in why, why\n"
@@ -240,7 +240,7 @@ def test_package_works_without_triton() -> None:
         "    assert 'triton is not installed' in str(exc)\n"
         "else:\n"
         "    raise SystemExit('no error')\n"
-        "from mmaemu.cli import main\n"
+        "from mmaemu._cli import main\n"
         "assert main(['selftest', '--device', 'cpu']) == 1\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
@@ -253,8 +253,8 @@ def test_the_cases_cover_what_a_wrong_sm90_kernel_could_hide() -> None:
     """Program ids above 0 in both dimensions of the sm_90 kernel's 128 x 128 tile, the pairwise combination's
     held pair (S >= 6), every FP8 format pair (E5M2 x E5M2 included), K over 2**16, K not a multiple of 16,
     fast and slow accumulation, every split scheme."""
-    from mmaemu.accumulation import combination_steps
-    from mmaemu.split import Scheme
+    from mmaemu._accumulation import combination_steps
+    from mmaemu._split import Scheme
 
     cases = triton_selftest.CASES
     tile = triton_backend.NATIVE_GPU_CONFIG

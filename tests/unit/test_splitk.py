@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 
 import mmaemu
-from mmaemu.cli import main
+from mmaemu._cli import main
 from mmaemu.formats import Fp8Format, OutFormat
-from mmaemu.platforms.profiles import get_profile
-from mmaemu.platforms.splitk import Problem, SplitSource, resolve_splitk, trace_splitk
-from mmaemu.platforms.table import H100_TABLE, SplitTable
-from mmaemu.split import Scheme
+from mmaemu.platforms._profiles import get_profile
+from mmaemu.platforms._splitk import Problem, SplitSource, resolve_splitk, trace_splitk
+from mmaemu.platforms._table import H100_TABLE, SplitTable
+from mmaemu._split import Scheme
 
 E4 = Fp8Format.E4M3
 BF16 = OutFormat.BFLOAT16
@@ -88,7 +88,7 @@ def test_an_envelope_without_ranges_is_extrapolated_everywhere() -> None:
     table = SplitTable.from_arrays("heur_no_ranges", {**shipped.info, "table_id": "heur_no_ranges", "envelope": env},
                                    {"key": np.zeros(0, np.int64), "setting_start": np.zeros(257, np.int64),
                                     "S": np.zeros(0, np.uint8), "custom": np.zeros(0, np.uint8)})
-    from mmaemu.platforms.splitk import _envelope
+    from mmaemu.platforms._splitk import _envelope
 
     d, why = _envelope(get_profile("hopper"), Problem(64, 4096, K, E4, E4, BF16, True), table)
     assert d is not None and why == ""
@@ -147,8 +147,8 @@ def test_the_rtx4060_envelope_beyond_its_tables_k_is_extrapolated() -> None:
 
     import mmaemu
     from mmaemu.formats import Fp8Format, OutFormat
-    from mmaemu.platforms.profiles import get_profile
-    from mmaemu.platforms.splitk import Problem, SplitSource, resolve_splitk, trace_splitk
+    from mmaemu.platforms._profiles import get_profile
+    from mmaemu.platforms._splitk import Problem, SplitSource, resolve_splitk, trace_splitk
 
     ada = get_profile("ada")
     for k, extrapolated in ((16384, False), (16400, True), (4194304, True)):

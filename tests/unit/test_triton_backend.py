@@ -27,17 +27,17 @@ pytest.importorskip("triton", reason="triton is not installed (pip install trito
 from conftest import FULL  # noqa: E402
 
 import mmaemu  # noqa: E402
-from mmaemu.accumulation import flatten_plan, plan_accumulation  # noqa: E402
-from mmaemu.backends import EXECUTORS, Backend, accumulators, _dispatch, reference  # noqa: E402
-from mmaemu.backends.triton import backend as triton_backend  # noqa: E402
-from mmaemu.backends.triton import _convert as triton_convert  # noqa: E402
-from mmaemu.backends.triton import _launch as triton_launch  # noqa: E402
-from mmaemu.backends.triton import _native as triton_native  # noqa: E402
-from mmaemu.backends.triton import _rz as triton_rz  # noqa: E402
-from mmaemu.backends.triton.backend import Formulation, TileConfig  # noqa: E402
-from mmaemu.backends.triton._selftest import adversarial_codes  # noqa: E402
+from mmaemu._accumulation import flatten_plan, plan_accumulation  # noqa: E402
+from mmaemu.backends import EXECUTORS, Backend, accumulators, _dispatch, _reference as reference  # noqa: E402
+from mmaemu.backends._triton import backend as triton_backend  # noqa: E402
+from mmaemu.backends._triton import _convert as triton_convert  # noqa: E402
+from mmaemu.backends._triton import _launch as triton_launch  # noqa: E402
+from mmaemu.backends._triton import _native as triton_native  # noqa: E402
+from mmaemu.backends._triton import _rz as triton_rz  # noqa: E402
+from mmaemu.backends._triton.backend import Formulation, TileConfig  # noqa: E402
+from mmaemu.backends._triton._selftest import adversarial_codes  # noqa: E402
 from mmaemu.presets import ADA, B200_MMA_SYNC, HOPPER  # noqa: E402
-from mmaemu.split import Scheme, SplitK
+from mmaemu._split import Scheme, SplitK
 from mmaemu.testing import assert_bitwise_equal  # noqa: E402
 
 if not triton_backend.interpreting():  # pragma: no cover - the kernels were imported before this file

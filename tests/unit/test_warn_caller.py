@@ -16,7 +16,7 @@ def test_a_warning_at_import_time_names_the_importing_line(tmp_path: Path, monke
     """A module of the package (stood in for by a folder added to the skipped ones) warns while it is imported,
     through two levels of imports: the warning names this test's import line, not a line of the package.
     Python's own stack walk skips importlib's frames (``_next_external_frame``), so warn_caller's count must too:
-    it named the package's importing line (``mmaemu/backends/cpu.py``, for the UntrustedCacheWarning)."""
+    it named the package's importing line (``mmaemu/backends/_cpu.py``, for the UntrustedCacheWarning)."""
     package = tmp_path / "standin_pkg"
     package.mkdir()
     (package / "__init__.py").write_text("from . import inner\n")

@@ -142,7 +142,7 @@ def _replay(records: list[dict[str, Any]], run: Callable[[dict[str, Any]], None]
 def rtx4060() -> list[str]:
     import test_call_records as calls
     import test_rtx4060_recordings as rec
-    from mmaemu.backends import cpu
+    from mmaemu.backends import _cpu as cpu
 
     backends = ["reference"] + (["cpu"] if cpu.available()[0] else [])
     lines = ["## RTX 4060 recordings", "",
@@ -270,7 +270,7 @@ def _ordered(bits: torch.Tensor) -> torch.Tensor:
 
 def quickstart_differences(figures: bool) -> list[str]:
     """Where the H100's bf16 bits differ from the RTX 4060's and from the exactly rounded result."""
-    import mmaemu.cli as cli
+    import mmaemu._cli as cli
 
     x, w, sx, sw = cli._quickstart_operands()
     kwargs: dict[str, Any] = {"out_dtype": torch.bfloat16, "use_fast_accum": True}
@@ -338,7 +338,7 @@ _MARK_END = "<!-- profiles-table:end -->"
 
 def profiles_table() -> str:
     """The registry as a Markdown table (written between markers in docs/profiles.md)."""
-    from mmaemu.platforms.profiles import profiles
+    from mmaemu.platforms._profiles import profiles
 
     rows = ["| profile | GPU (SMs) | cuBLASLt, torch | caller, workspace | preset (block, fraction bits) | split family "
             "| split-K table | maturity |", "|---|---|---|---|---|---|---|---|"]

@@ -24,7 +24,7 @@ compiled variant the tool records, from the TTIR, the PTX and the SASS (``nvdisa
   an ``expand_dims`` on axis 1, is the row scale), and the fp32 instructions per accumulator: ``mul.f32``,
   ``fma.rn.f32``, ``add.f32`` (PTX) and FMUL, FFMA, FADD (SASS).
 
-:func:`check` says whether a version's analysis holds what :mod:`mmaemu.kernels.block_model` assumes
+:func:`check` says whether a version's analysis holds what :mod:`mmaemu.kernels._block_model` assumes
 (``tests/tools/test_block_fp8_static.py`` runs it on the committed analysis of Triton 3.6.0 and the newest, and
 compiles the installed version afresh).
 """

@@ -16,7 +16,7 @@ For each table ``heur_<gpu>_lt<version>`` it writes:
   replayed on hardware.
 
 The shipped files' sha256 are pinned in their GPU's record (``table_sha256`` of the ``ReferenceGpu`` in
-``mmaemu.platforms.gpus.GPUS``; ``mmaemu.platforms.table.SHIPPED_TABLES`` collects them): after a conversion
+``mmaemu.platforms._gpus.GPUS``; ``mmaemu.platforms._table.SHIPPED_TABLES`` collects them): after a conversion
 that changes them, or for a new GPU, set them there (this tool prints them).
 
 Only numbers and provenance are carried over, not the prose of the recordings' metadata.
@@ -36,7 +36,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-from mmaemu.platforms.table import (  # noqa: E402 - the package's one home of the table encoding
+from mmaemu.platforms._table import (  # noqa: E402 - the package's one home of the table encoding
     KEY_DESCRIPTION,
     TABLE_FORMAT,
     pack_key,
@@ -157,7 +157,7 @@ def convert(src: Path) -> dict[str, tuple[dict[str, np.ndarray], dict[str, Any]]
 
 
 def serialise(arrays: dict[str, np.ndarray], info: dict[str, Any]) -> tuple[bytes, bytes]:
-    """The package's table writer (mmaemu.platforms.table.serialise_table), shared with recordings."""
+    """The package's table writer (mmaemu.platforms._table.serialise_table), shared with recordings."""
     return serialise_table(arrays, info)
 
 
@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         npz_path.write_bytes(npz_bytes)
         json_path.write_bytes(json_bytes)
         print(f"{table_id}: {info['rows']:,} rows ({info['split_rows']:,} split) -> {npz_path} ({len(npz_bytes):,} bytes)")
-        print(f"  sha256 (its ReferenceGpu's table_sha256 in mmaemu.platforms.gpus.GPUS): npz {hashlib.sha256(npz_bytes).hexdigest()}, "
+        print(f"  sha256 (its ReferenceGpu's table_sha256 in mmaemu.platforms._gpus.GPUS): npz {hashlib.sha256(npz_bytes).hexdigest()}, "
               f"json {hashlib.sha256(json_bytes).hexdigest()}")
     if stale:
         print(f"shipped split-K data differ from the recordings: {stale}", file=sys.stderr)

@@ -277,7 +277,7 @@ class Variant:
 def variants(tile_sweep: bool = True) -> list[Variant]:
     """The backend's variants (each expressed preset with its default GPU tile, the sm_90 formulation),
     then the few-outputs launches and the tile sweep."""
-    from mmaemu.backends.triton.backend import (
+    from mmaemu.backends._triton.backend import (
         GPU_CONFIG,
         NATIVE_GPU_CONFIG,
         RZ_GENERAL_GPU_CONFIG,
@@ -286,7 +286,7 @@ def variants(tile_sweep: bool = True) -> list[Variant]:
         expresses,
         rz_expresses,
     )
-    from mmaemu.backends.triton._native import DOT_K
+    from mmaemu.backends._triton._native import DOT_K
     from mmaemu.presets import presets
 
     out = []
@@ -330,7 +330,7 @@ def kernel_function(v: Variant) -> Any:
     import importlib
 
     module, function = KERNELS[v.kernel]
-    return getattr(importlib.import_module(f"mmaemu.backends.triton.{module}"), function)
+    return getattr(importlib.import_module(f"mmaemu.backends._triton.{module}"), function)
 
 
 def jit_attrs(v: Variant) -> dict[tuple[int, ...], list[list[Any]]]:

@@ -4,7 +4,7 @@ For every pairwise ``gemm`` record in ``../shared/recordings/rtx4060`` and ``rtx
 fp32 result of each part is computed with mmaemu (the part's own chains, which every split
 record replays with), and each candidate rule combines them; the epilogue then gives the output
 that is compared, bit for bit, with the hardware's. The rule mmaemu uses
-(:func:`mmaemu.accumulation.pairwise_steps`) must fail no record; every rejected candidate is
+(:func:`mmaemu._accumulation.pairwise_steps`) must fail no record; every rejected candidate is
 listed with the records that reject it. This is the evidence behind the ``[Note: pairwise
 combination]``; ``tests/tools/test_pairwise_rules.py`` checks it on the records the note names.
 
@@ -27,8 +27,8 @@ import numpy as np
 import torch
 
 import mmaemu
-from mmaemu.accumulation import pairwise_steps, plan_accumulation
-from mmaemu.split import Scheme, SplitK
+from mmaemu._accumulation import pairwise_steps, plan_accumulation
+from mmaemu._split import Scheme, SplitK
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 from evidence import evidence_root, read_records  # noqa: E402
@@ -133,7 +133,7 @@ def _two_accumulators(s: int) -> Combine:
 
 #: name -> (rule for S parts, what it is)
 CANDIDATES: dict[str, tuple[Callable[[int], Combine], str]] = {
-    "mmaemu": (lambda s: _steps(pairwise_steps(s)), "mmaemu.accumulation.pairwise_steps"),
+    "mmaemu": (lambda s: _steps(pairwise_steps(s)), "mmaemu._accumulation.pairwise_steps"),
     "fitted-serial-snake": (_snake, "the serial order fitted on S <= 8 (0, h, S-1, P-1, 1, 1+h, ...)"),
     "pairs-one-by-one": (lambda s: _variant(s, "pairs-one-by-one"), "mmaemu's, the pairs joining one part at a time"),
     "pairs-descending": (lambda s: _variant(s, "pairs-descending"), "mmaemu's, the remaining pairs in decreasing j"),

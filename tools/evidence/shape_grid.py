@@ -3,7 +3,7 @@
 Writes docs/data/shape_grid.json and the table between the shape-grid markers of docs/profiles.md:
 per profile, grid and accumulation mode, how many shapes each split-K source decides (table,
 workspace0, live-query, envelope, inference, by rule) and how many raise ``SplitKUnknownError``; and
-each inference rule of ``mmaemu.platforms.inference`` checked against every row of its recorded table
+each inference rule of ``mmaemu.platforms._inference`` checked against every row of its recorded table
 (rows checked, contradictions). Every call has a bfloat16 output (formats and accumulation:
 :data:`MODES`) and is decided with no live query, as on any machine but the reference GPU.
 
@@ -42,11 +42,11 @@ sys.path.insert(0, str(ROOT))
 
 from mmaemu.errors import SplitKUnknownError
 from mmaemu.formats import Fp8Format, OutFormat
-from mmaemu.platforms import inference, splitk
-from mmaemu.platforms.inference import CANDIDATES, RuleCheck, check_rule
-from mmaemu.platforms.profiles import PROFILES, get_profile
-from mmaemu.platforms.splitk import Problem, SplitSource, resolve_splitk
-from mmaemu.platforms.table import SplitTable
+from mmaemu.platforms import _inference as inference, _splitk as splitk
+from mmaemu.platforms._inference import CANDIDATES, RuleCheck, check_rule
+from mmaemu.platforms._profiles import PROFILES, get_profile
+from mmaemu.platforms._splitk import Problem, SplitSource, resolve_splitk
+from mmaemu.platforms._table import SplitTable
 
 JSON_PATH = ROOT / "docs" / "data" / "shape_grid.json"
 PAGE = ROOT / "docs" / "profiles.md"

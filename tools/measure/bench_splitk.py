@@ -15,9 +15,9 @@ import warnings
 import numpy as np
 
 from mmaemu.formats import Fp8Format, OutFormat
-from mmaemu.platforms.profiles import PROFILES
-from mmaemu.platforms.splitk import Problem, resolve_splitk
-from mmaemu.platforms.table import SplitTable
+from mmaemu.platforms._profiles import PROFILES
+from mmaemu.platforms._splitk import Problem, resolve_splitk
+from mmaemu.platforms._table import SplitTable
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from mmaemu.kernels.block_model import BLOCK_MODELS  # noqa: E402
+from mmaemu.kernels._block_model import BLOCK_MODELS  # noqa: E402
 from mmaemu.recording._blockwise import (  # noqa: E402
     BLOCK_GRID,
     BlockProbe,

@@ -1,7 +1,7 @@
 """How well the recorder's row-wise probes separate the row-wise kernel's candidates: per pair, differing outputs.
 
 For each reference profile (``hopper``: the sm_90 kernel; ``ada``: the sm_89 kernel on 24 SMs) every candidate
-of its row-wise kernel model (:func:`mmaemu.kernels.model.candidates`) computes every row-wise probe
+of its row-wise kernel model (:func:`mmaemu.kernels._model.candidates`) computes every row-wise probe
 (:func:`mmaemu.recording._rowwise.rowwise_probes`); for every pair of candidates the tool counts the probe
 outputs whose bits differ. A pair with 0 would be a pair a recording cannot tell apart.
 
@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from mmaemu.platforms.profiles import get_profile  # noqa: E402
+from mmaemu.platforms._profiles import get_profile  # noqa: E402
 from mmaemu.recording._rowwise import rowwise_probes, separation  # noqa: E402
 
 PROFILES = ("hopper", "ada")
