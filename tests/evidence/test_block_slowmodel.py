@@ -18,6 +18,7 @@ import warnings
 
 import pytest
 import torch
+from conftest import FULL
 from slowmodel import block_scaled_output
 
 import mmaemu
@@ -243,6 +244,6 @@ def test_the_triton_backend_gives_the_same_bits() -> None:
     if not supports(Backend.TRITON, None, (), torch.device("cpu")):
         pytest.skip("the triton backend does not run here (no Triton, or not in its interpreter)")
     for p in block_probes():
-        if p.name in ("chains", "combination"):
+        if p.name == "chains" or (p.name == "combination" and FULL):  # CI: one probe in the interpreter
             got, want = _on_probe(p, "deepgemm-sm90", "triton", RESEARCH["deepgemm-sm90"])
             assert got == want, p.name

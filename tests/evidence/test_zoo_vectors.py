@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import mmaemu
-from conftest import HW_VECTORS
+from conftest import FULL, HW_VECTORS
 from mmaemu.formats import WideFormat
 from mmaemu.presets import CMode, Rounding
 
@@ -90,6 +90,11 @@ def test_architectures_are_not_interchangeable() -> None:
 
 
 def test_zoo_fit_tool_reports_zero_for_every_shipped_preset(tmp_path: Path) -> None:
+    """The fit tool over every file and candidate (a minute and more on an AVX2 runner: --full; CI replays every
+    zoo file bit for bit against its preset in test_zoo_vectors_replay_bit_for_bit and its discrimination in
+    test_each_zoo_file_discriminates)."""
+    if not FULL:
+        pytest.skip("the whole zoo fit runs with --full")
     if not ZOO_DIR.exists():
         pytest.skip(f"hardware evidence not found at {ZOO_DIR} (a clone without ../shared)")
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools" / "evidence"))
