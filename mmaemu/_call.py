@@ -16,7 +16,9 @@ import torch
 from ._accumulation import plan_accumulation
 from .backends import Backend, parse_backend, require, resolve_backend
 from .backends import run as run_backend
-from ._checks import CheckedCall, ScalingType, check_call, cublaslt_bias, has_algorithm
+from ._one_chain import accumulate_half, zoo_preset
+from ._bias import cublaslt_bias
+from ._checks import CheckedCall, ScalingType, check_call, has_algorithm
 from ._epilogue import BiasOrder, scratch_epilogue
 from .errors import (
     warn_caller,
@@ -25,7 +27,7 @@ from .errors import (
     UnverifiedEpilogueWarning,
     UnverifiedSplitWarning,
 )
-from .formats import FP8_DTYPES, WIDE_DTYPES, OutFormat, fp8_format_of, wide_format_of
+from .formats import FP8_DTYPES, WIDE_DTYPES, OutFormat, fp8_format_of
 from ._host import check_cpu_subnormals, refuse_autograd
 from .kernels._rowwise import KernelPlan, prepare_rowwise, run_rowwise
 from ._options import Options
@@ -40,8 +42,7 @@ from .platforms._splitk import (
     resolve_splitk,
     split_warnings,
 )
-from .model import dot
-from .presets import Accumulator, Architecture, CMode, Preset, instruction_preset
+from .presets import CMode, Preset, instruction_preset
 from ._split import AUTO, Scheme, SplitK, SplitKArg, SplitKSpec, parse_splitk
 
 __all__ = ["scaled_mm", "accumulate", "decide_split", "prepare_call", "PreparedCall"]
@@ -89,7 +90,6 @@ def _check_fast_accum(use_fast_accum: object, where: str) -> bool:
     return use_fast_accum
 
 
-_ZOO_WARNED: set[str] = set()
 
 
 def _explicit_split(splitk: SplitKArg | SplitDecision) -> SplitK:
@@ -256,8 +256,9 @@ def accumulate(
     else:
         split = _default_split(a, b, bool(use_fast_accum), profile)
     if accumulator is not torch.float32:
-        return _accumulate_half(a, b, accumulator, preset, profile, fast, split, backend)
-    chosen_preset = (_zoo_preset(a, b, preset, profile, fast, split) if zoo
+        _accumulate_backend(parse_backend(backend), a.device, None)
+        return accumulate_half(a, b, accumulator, preset, profile, fast, split)
+    chosen_preset = (zoo_preset(a, b, preset, profile, fast, split) if zoo
                      else get_profile(profile).preset if preset is None else instruction_preset(preset, a.dtype))
     _check_preset_supports(chosen_preset, fast, split)
     chosen = _accumulate_backend(parse_backend(backend), a.device, None if zoo else chosen_preset)
@@ -267,87 +268,6 @@ def accumulate(
     if plan.unverified_empty_parts:
         warn_caller(_empty_parts_message(split, plan.k, plan.unverified_empty_parts), UnverifiedSplitWarning)
     return _run(a, b, chosen_preset, fast, split, chosen)
-
-
-_HALF_WARNED: set[str] = set()
-#: Rows of ``a`` per :func:`dot` call of an fp16-accumulator GEMM: at most about 2**22 broadcast products.
-_HALF_ELEMENTS = 1 << 22
-
-
-def _default_preset(a: torch.Tensor, profile: str | Profile | None) -> str | Preset:
-    """The instruction a profile names for ``a``'s format: its preset for FP8, its architecture otherwise."""
-    chosen = get_profile(profile).preset
-    return chosen if a.dtype in FP8_DTYPES else chosen.name
-
-
-def _accumulate_half(a: torch.Tensor, b: torch.Tensor, accumulator: torch.dtype, preset: str | Preset | None,
-                     profile: str | Profile | None, fast: bool, split: SplitK, backend: str | Backend) -> torch.Tensor:
-    """:func:`accumulate` with an fp16 accumulator: one chain of the instruction over K from +0 per output.
-
-    [Note: fp16 accumulator] The chain is :func:`mmaemu.model.dot`'s with a float16 ``c``, run for every
-    output (``a``'s rows broadcast against ``b``'s), so the GEMM is exactly the chained instruction whose
-    blocks the recorded fp16-accumulator vectors validate (``d_fp16acc_bits`` of the FP8 files and of the
-    fp16 files that hold them; :func:`mmaemu.model.dot` and docs/zoo.md say which presets model it on what
-    evidence). No backend kernel runs it: the reference model
-    computes it whatever ``backend`` names (which must still be usable on the device). A GEMM of cuBLAS
-    with an fp16 accumulator is not recorded, so it warns once per preset (``ExperimentalPresetWarning``).
-    """
-    if not isinstance(accumulator, torch.dtype):
-        raise TypeError(f"accumulator must be a torch.dtype (torch.float32 or torch.float16), not {type(accumulator).__name__}")
-    if accumulator is not torch.float16:
-        raise ValueError(f"accumulator must be torch.float32 or torch.float16, got {accumulator!r}")
-    if a.dtype not in FP8_DTYPES and a.dtype != torch.float16:
-        raise ValueError(f"an fp16 accumulator takes FP8 or float16 operands, not {a.dtype}: pass accumulator=torch.float32")
-    if not fast or split.parts != 1:
-        raise UnsupportedFeatureError(
-            "an fp16 accumulator is one chain of the instruction over K: pass use_fast_accum=True and splitk=1"
-        )
-    chosen = _default_preset(a, profile) if preset is None else preset
-    resolved = instruction_preset(chosen, a.dtype, accumulator=Accumulator.FP16)
-    _accumulate_backend(parse_backend(backend), a.device, None)
-    if resolved.name not in _HALF_WARNED:
-        _HALF_WARNED.add(resolved.name)
-        warn_caller(
-            f"accumulate() with an fp16 accumulator on preset {resolved.name!r}: one chain of the recorded "
-            "instruction over K, not a recorded GEMM", ExperimentalPresetWarning)
-    m, n, k = a.shape[0], b.shape[0], a.shape[1]
-    out = torch.zeros((m, n), dtype=torch.float16, device=a.device)
-    rows = max(1, _HALF_ELEMENTS // max(1, n * k))
-    for m0 in range(0, m, rows):
-        chunk = a[m0:m0 + rows]
-        out[m0:m0 + rows] = dot(chunk[:, None, :], b[None, :, :], out[m0:m0 + rows], preset=resolved)
-    return out
-
-
-def _zoo_preset(a: torch.Tensor, b: torch.Tensor, preset: str | Preset | None, profile: str | Profile | None,
-                fast: bool, split: SplitK) -> Preset:
-    """The instruction of a zoo-format :func:`accumulate` call (checks the format and what is modelled)."""
-    fmt = wide_format_of(a, "a")
-    wide_format_of(b, "b")
-    if preset is None:
-        arch = get_profile(profile).preset.name  # the FP8 profiles name their architecture: hopper, ada
-        if arch not in {x.value for x in Architecture}:
-            raise UnsupportedFeatureError(
-                f"profile's preset {arch!r} names no architecture for {fmt.short_name} operands; pass preset="
-            )
-        preset = arch
-    resolved = instruction_preset(preset, fmt)
-    if not fast:
-        raise UnsupportedFeatureError(
-            f"use_fast_accum=False (a new chain every 128 elements) is how cuBLAS accumulates FP8; for {fmt.short_name} "
-            "operands accumulate() computes one chain of the instruction over K: pass use_fast_accum=True"
-        )
-    if split.parts != 1:
-        raise UnsupportedFeatureError(
-            f"split-K is not modelled for {fmt.short_name} operands (no GEMM-level recording exists): pass splitk=1"
-        )
-    if resolved.name not in _ZOO_WARNED:
-        _ZOO_WARNED.add(resolved.name)
-        warn_caller(
-            f"accumulate() with {fmt.short_name} operands on preset {resolved.name!r}: one chain of the recorded "
-            "instruction over K, not a recorded GEMM (cuBLAS may split K or order the blocks otherwise)",
-            ExperimentalPresetWarning)
-    return resolved
 
 
 class PreparedCall(NamedTuple):
@@ -454,7 +374,7 @@ def scaled_mm(
             rules), added in the epilogue (:mod:`mmaemu._epilogue`, [Note: bias]); warns
             (``UnverifiedEpilogueWarning``) unless the profile's recording decided the bias order. The N
             elements added are those cuBLASLt reads: densely from the bias's data pointer, whatever its
-            strides (:func:`mmaemu._checks.cublaslt_bias`). Not with an FP8 output, nor one whose N elements
+            strides (:func:`mmaemu._bias.cublaslt_bias`). Not with an FP8 output, nor one whose N elements
             would leave its storage or whose data pointer is not 16-byte aligned (``UnsupportedFeatureError``);
             M, N or K = 0 returns torch's early result, no bias added. With row-wise scales the bias is a
             bf16 vector (torch's row-wise checks) added by the kernel's fused epilogue.

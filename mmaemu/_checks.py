@@ -33,23 +33,6 @@ row-major (contiguous, or padded with ``stride(1) == 1``; other non-dense views 
 column-major (``w.t()``, or padded with ``stride(0) == 1``); anything else raises
 ``Only multiplication of row-major and column-major matrices is supported by cuBLASLt``.
 
-[Note: bias memory] torch 2.7.1 hands cuBLASLt the bias as a bare pointer. ``_scaled_mm_out_cuda``
-(``aten/src/ATen/native/cuda/Blas.cpp``) checks only ``bias->numel() == N`` and passes
-``bias ? bias->data_ptr() : nullptr`` with its dtype to ``at::cuda::blas::scaled_gemm``, which sets it
-as ``CUBLASLT_MATMUL_DESC_BIAS_POINTER`` with ``CUBLASLT_EPILOGUE_BIAS`` (``aten/src/ATen/cuda/
-CUDABlas.cpp``): the line reads so in pytorch's Blas.cpp before 2.7 and after it (stored copies), and
-torch 2.7.1's own ``at::native::_scaled_mm_out_cuda`` (``libtorch_cuda.so`` of the 2.7.1 wheel,
-disassembled) calls no ``contiguous`` or ``clone``: the bias reaches ``scaled_gemm`` only as a
-``void const*``. cuBLASLt reads a packed vector of N elements ("Bias vector length must match matrix D
-rows, and it must be packed", ``CUBLASLT_EPILOGUE_BIAS``). So the GPU adds the N elements that lie
-densely from the bias's data pointer, whatever its shape, strides or storage offset: ``base[::2]``
-adds ``base[:N]``, a ``[1, N]`` bias its N values; :func:`cublaslt_bias` reads the same. Refused
-(``UnsupportedFeatureError``, before anything is computed): a bias whose N elements would run past its
-storage (an expanded scalar): the GPU would read memory the tensor does not own, so no result is
-defined; and a bias whose data pointer is not 16-byte aligned: whether cuBLASLt takes such a bias
-pointer, and which algorithm it picks then, is not recorded (16 bytes is what its FP8 operands need,
-[Note: alignment]). Unverified on hardware: no recording holds a biased call's output.
-
 [Note: alignment] cuBLASLt needs 16-byte aligned FP8 operands: a storage offset or a leading
 dimension that is not a multiple of 16 bytes is rejected. Recorded on the RTX 4060: offsets of 1, 2,
 4 and 8 bytes and leading dimensions K + 1 are rejected, offsets of 16 and 32 bytes and K + 16 are
@@ -68,6 +51,7 @@ import torch
 from .errors import ReferenceRejectsError, UnsupportedFeatureError
 from .formats import Fp8Format, OutFormat, out_format_or_none
 from ._host import check_cpu_subnormals, refuse_autograd
+from ._bias import bias_as_read, cublaslt_bias
 from ._out import check_out_overlap, resize_out_like_torch
 from ._rowwise_checks import check_rowwise
 
@@ -78,7 +62,6 @@ __all__ = [
     "scalar_type_name",
     "OUT_REQUIRES_GRAD_MESSAGE",
     "OUT_INFERENCE_TENSOR_MESSAGE",
-    "cublaslt_bias",
     "refuse_autograd_inputs",
 ]
 
@@ -328,7 +311,7 @@ def check_call(
     _check_operand_dtypes(mat1, mat2, bias, result_dtype)
     out_resized = out is not None and tuple(out.shape) != (m, n)
     read = [("mat1", mat1), ("mat2", mat2), ("scale_a", scale_a), ("scale_b", scale_b),
-            ("bias", _bias_as_read(bias, n)), ("scale_result", scale_result)]
+            ("bias", bias_as_read(bias, n)), ("scale_result", scale_result)]
     check_out_overlap(out, (m, n), read)  # where torch would resize out: before every later refusal
     empty = m == 0 or n == 0 or k == 0
     if empty:  # torch returns early; inputs requiring grad are refused all the same (every entry point)
@@ -390,26 +373,6 @@ def _check_bias_memory(bias: torch.Tensor, n: int) -> None:
             f"bias with a storage offset of {offset_bytes} bytes: its data pointer is not 16-byte aligned, and what "
             "cuBLASLt does with such a bias pointer is not recorded; pass bias.clone()"
         )
-
-
-def _bias_as_read(bias: torch.Tensor | None, n: int) -> torch.Tensor | None:
-    """The memory the GPU reads as the bias (:func:`cublaslt_bias`) where it lies in the bias's storage, else the
-    bias itself (refused later, [Note: bias memory]): what an ``out`` must not overlap."""
-    if bias is None or (bias.storage_offset() + n) * bias.element_size() > bias.untyped_storage().nbytes():
-        return bias
-    return cublaslt_bias(bias, n)
-
-
-def cublaslt_bias(bias: torch.Tensor, n: int) -> torch.Tensor:
-    """The bias vector cuBLASLt adds in a call torch 2.7.1 accepted: the ``n`` elements that lie densely from
-    ``bias``'s data pointer, as a 1-D view of its storage ([Note: bias memory]). For a contiguous bias of any
-    shape these are its values in order; for a strided one they are not its logical elements.
-
-    Args:
-        bias: a bias :func:`check_call` accepted (its ``n`` elements lie inside its storage).
-        n: N, the output's columns.
-    """
-    return bias.as_strided((n,), (1,), bias.storage_offset())
 
 
 def fp8_pair_refusal(a: torch.dtype, b: torch.dtype) -> str | None:

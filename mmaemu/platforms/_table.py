@@ -43,33 +43,11 @@ from .._split import Scheme
 from ._gpus import GPUS
 
 __all__ = [
-    "TABLE_FORMAT",
-    "FIELD_BITS",
-    "WS_BYTES",
-    "OUT_FORMATS",
-    "FP8_FORMATS",
-    "OUT_NAMES",
-    "FMT_NAMES",
-    "KEY_DESCRIPTION",
-    "table_codes",
-    "Setting",
-    "setting_code",
-    "pack_key",
-    "unpack_key",
-    "table_arrays",
-    "check_table_columns",
-    "setting_statistics",
-    "serialise_table",
-    "write_table",
-    "SplitTable",
-    "H100_TABLE",
-    "RTX4060_TABLE",
-    "SHIPPED_TABLES",
-    "shipped_table_id",
-    "table_known",
-    "check_user_table",
-    "register_table",
-    "USER_TABLES",
+    "TABLE_FORMAT", "FIELD_BITS", "WS_BYTES", "OUT_FORMATS", "FP8_FORMATS", "OUT_NAMES", "FMT_NAMES",
+    "KEY_DESCRIPTION", "table_codes", "Setting", "setting_code", "pack_key", "unpack_key", "table_arrays",
+    "check_table_columns", "setting_statistics", "serialise_table", "write_table", "SplitTable", "H100_TABLE",
+    "RTX4060_TABLE", "SHIPPED_TABLES", "shipped_table_id", "table_known", "check_user_table", "register_table",
+    "USER_TABLES"
 ]
 
 #: The ``format`` of split-K tables (shipped and recorded).

@@ -58,19 +58,8 @@ from ..presets import (
 from .._split import Scheme, SplitFamily, SplitK
 
 __all__ = [
-    "CANDIDATES",
-    "NAMED",
-    "SLOW_INTERVALS",
-    "Candidate",
-    "ProbeInput",
-    "ProbeResult",
-    "ProbeStage",
-    "ProbeVerdict",
-    "analyse",
-    "candidate_plan",
-    "one_thread",
-    "split_probe",
-    "unsplit_probes",
+    "CANDIDATES", "NAMED", "SLOW_INTERVALS", "Candidate", "ProbeInput", "ProbeResult", "ProbeStage", "ProbeVerdict",
+    "analyse", "candidate_plan", "one_thread", "split_probe", "unsplit_probes"
 ]
 
 PROBES_FORMAT = "mmaemu-probes/1"

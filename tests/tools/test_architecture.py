@@ -143,3 +143,40 @@ def test_what_users_read_reaches_no_internal_module() -> None:
     assert not found, found
     internal = [m for m in _package_modules() if Path(m).name.startswith("_") and Path(m).stem not in {"__init__", "__main__"}]
     assert len(internal) >= 20, internal  # the underscored modules are still there to be kept out
+
+
+#: The size bars of the house (issue 49): a module a maintainer can read whole, a function one screen of code.
+MODULE_LINES = 500
+FUNCTION_LINES = 80
+
+
+def _docstring_lines(node: "ast.FunctionDef | ast.AsyncFunctionDef") -> int:
+    import ast
+
+    first = node.body[0] if node.body else None
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+        return (first.end_lineno or first.lineno) - first.lineno + 1
+    return 0
+
+
+def test_no_module_over_500_lines_and_no_function_over_80_lines_of_code() -> None:
+    """Every module of the package at most 500 lines; every function at most 80 lines besides its docstring, except
+    the compiled kernels (numba's ``njit``/``intrinsic`` and Triton's ``jit``: one loop nest each, split only at a
+    cost in speed)."""
+    import ast
+
+    long_modules, long_functions = [], []
+    for path in sorted((ROOT / "mmaemu").rglob("*.py")):
+        text = path.read_text()
+        if text.count("\n") > MODULE_LINES:
+            long_modules.append(f"{path.relative_to(ROOT)}: {text.count(chr(10))} lines")
+        for node in ast.walk(ast.parse(text)):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            decorators = " ".join(ast.unparse(d) for d in node.decorator_list)
+            if re.search(r"\b(njit|jit|intrinsic|overload)\b", decorators):
+                continue
+            code = (node.end_lineno or node.lineno) - node.lineno + 1 - _docstring_lines(node)
+            if code > FUNCTION_LINES:
+                long_functions.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}: {code} lines")
+    assert long_modules == [] and long_functions == []

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import mmaemu
-import mmaemu._call as call_module
+import mmaemu._one_chain as call_module
 import slowmodel as sm
 from mmaemu.presets import instruction_preset
 from conftest import FULL, HW_VECTORS
