@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from conftest import load_tool
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -19,6 +20,19 @@ def test_every_mutant_applies_to_the_current_source() -> None:
         assert source.count(m.old) == 1, f"{m.id}: the text to mutate is found {source.count(m.old)} times in {m.path}"
         assert m.old != m.new and m.what and m.tests
         assert m.equivalent is None or len(m.equivalent) > 40, f"{m.id}: an equivalent mutant needs its reason"
+
+
+def test_a_mutant_of_code_this_cpu_never_runs_is_not_run_rather_than_survived(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fused block kernels run only with AVX-512: on an AVX2 runner their mutants cannot be killed, and CI (which
+    fails on a survivor) must say so instead of failing; on an AVX-512 host they run as every mutant does."""
+    mutants = load_tool("mutants")
+    fused = [m for m in mutants.MUTANTS if m.needs == "avx512"]
+    assert {m.path for m in fused} >= {"mmaemu/backends/_cpu_block.py"} and all(m.path.endswith((
+        "_cpu_block.py", "_block_arith.py")) for m in fused)
+    monkeypatch.setattr(mutants, "_host_has", lambda feature: False)
+    outcome = mutants._run_one(fused[0], tmp_path)  # never touches the tree: nothing to run
+    assert (outcome.status, outcome.seconds) == ("not-run", 0.0) and "avx512" in outcome.detail
 
 
 def test_the_ci_sample_covers_every_area() -> None:

@@ -238,7 +238,7 @@ def mutation_tier() -> list[str]:
     data = json.loads(MUTANTS_JSON.read_text())
     recorded = {m["id"]: m for m in data["mutants"]}
     current = {m.id: m for m in mutants.MUTANTS}
-    defaults = {"every_backend": [], "env": []}  # fields added to the catalogue after a run, at their default
+    defaults = {"every_backend": [], "env": [], "needs": None}  # fields added to the catalogue after a run, at their default
 
     def fields(m: dict[str, Any]) -> dict[str, Any]:
         return json.loads(json.dumps({**defaults, **{k: v for k, v in m.items() if k != "tests"}}))
@@ -248,7 +248,8 @@ def mutation_tier() -> list[str]:
     outcomes = {o["id"]: o for o in data["outcomes"]}
     counts = Counter(o["status"] for o in outcomes.values())
     lines += [f"{len(outcomes)} mutants: " + ", ".join(f"{counts[s]} {s}" for s in ("killed", "survived", "malformed",
-                                                                                     "equivalent")) + ".", ""]
+                                                                                     "equivalent", "not-run")
+                                                                      if s != "not-run" or counts[s]) + ".", ""]
     if stale:
         lines += [f"STALE: the catalogue changed since the run for: {', '.join(stale)}.", ""]
     lines += ["| mutant | file | breakage | outcome |", "|---|---|---|---|"]

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import functools
 import json
 import os
 import queue
@@ -79,6 +80,9 @@ class Mutant:
     every_backend: tuple[str, ...] = ()
     #: environment variables the tests run with (the portable cpu kernel: ``PORTABLE``)
     env: tuple[tuple[str, str], ...] = ()
+    #: a CPU feature without which the mutated code never runs (``"avx512"``: the fused kernels of
+    #: mmaemu/backends/_cpu_block.py); on a CPU without it the mutant is reported ``not-run``, not ``survived``
+    needs: str | None = None
 
 
 #: The cpu backend's portable kernels run even where the AVX-512 FP8 kernel would (mmaemu/backends/_cpu.py).
@@ -315,12 +319,15 @@ MUTANTS: tuple[Mutant, ...] = (
            "return (x.to(torch.float64) * y.to(torch.float64) + acc.to(torch.float64)).to(torch.float32)",
            "the per-k-tile path's FFMA rounded to float64, then to fp32", BLOCK),
     Mutant("block-fused-order-swapped", "mmaemu/backends/_cpu_block.py", "a_first != lanes_over_a,",
-           "a_first == lanes_over_a,", "the fused cpu kernel multiplies by the other scale first", BLOCK),
+           "a_first == lanes_over_a,", "the fused cpu kernel multiplies by the other scale first", BLOCK,
+           needs="avx512"),
     Mutant("block-fused-no-fma", "mmaemu/backends/_cpu_block.py", "            return fma(x, y, acc)",
-           "            return acc + x * y", "the fused cpu kernel rounds the product before the addition", BLOCK),
+           "            return acc + x * y", "the fused cpu kernel rounds the product before the addition", BLOCK,
+           needs="avx512"),
     Mutant("block-fused-nan-rule", "mmaemu/kernels/_block_arith.py",
            "nan = nan_rows(a)[:, None] | nan_rows(b)[None, :]", "nan = nan_rows(a)[:, None] & nan_rows(b)[None, :]",
-           "the fused path's output is NaN only where both rows hold a NaN code", BLOCK),
+           "the fused path's output is NaN only where both rows hold a NaN code", BLOCK,
+           needs="avx512"),
     Mutant("block-quant-scale-by-reciprocal", "mmaemu/_block_quant.py",
            "scales = absmax / torch.tensor(_E4M3.max_finite, dtype=torch.float32)",
            "scales = absmax * torch.tensor(1 / _E4M3.max_finite, dtype=torch.float32)",
@@ -387,7 +394,7 @@ class Outcome:
     """The result of one mutant."""
 
     id: str
-    status: str  # killed, survived, malformed, equivalent
+    status: str  # killed, survived, malformed, equivalent, not-run (a CPU feature it needs is missing: ``needs``)
     seconds: float
     detail: str = ""
 
@@ -401,9 +408,22 @@ def _copy_tree(dest: Path) -> None:
         shutil.copy2(ROOT / name, dest / name)
 
 
+@functools.lru_cache(maxsize=None)
+def _host_has(feature: str) -> bool:
+    """Whether the cpu backend's kernels that need ``feature`` run here (asked in a process with the tests' environment,
+    so that ``NUMBA_CPU_NAME`` counts as it does for them)."""
+    assert feature == "avx512", feature
+    probe = "from mmaemu.backends import _cpu_simd; print(_cpu_simd.available())"
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                          capture_output=True, text=True, check=False)
+    return done.stdout.strip() == "True"
+
+
 def _run_one(mutant: Mutant, work: Path) -> Outcome:
     if mutant.equivalent:
         return Outcome(mutant.id, "equivalent", 0.0, mutant.equivalent)
+    if mutant.needs and not _host_has(mutant.needs):
+        return Outcome(mutant.id, "not-run", 0.0, f"needs {mutant.needs}: the mutated code does not run on this CPU")
     target = work / mutant.path
     original = target.read_text()
     if original.count(mutant.old) != 1:
@@ -492,7 +512,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         chosen = list(MUTANTS) if args.all else sample(MUTANTS)
     outcomes = _run_all(chosen, args.jobs)
-    counts = {s: sum(o.status == s for o in outcomes) for s in ("killed", "survived", "malformed", "equivalent")}
+    counts = {s: sum(o.status == s for o in outcomes) for s in ("killed", "survived", "malformed", "equivalent", "not-run")}
     print(f"\n{len(outcomes)} mutants: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
     if args.json:
         recorded = [asdict(o) for o in outcomes]
