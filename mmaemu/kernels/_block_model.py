@@ -31,7 +31,6 @@ k-tile's chain inside (its ``BLOCK_K`` <= 128 products).
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 from dataclasses import dataclass
 
@@ -41,7 +40,7 @@ from .._enums import TextEnum
 from ..errors import UnknownNameError
 from ..presets import ADA, HOPPER, ZOO, Architecture, Maturity, Preset
 from ..formats import WideFormat
-from ._model import Fusion, KernelArch, ScaleOrder
+from ._model import Fusion, KernelArch, ScaleOrder, named_variant
 
 __all__ = [
     "BLOCK_MODELS",
@@ -160,14 +159,7 @@ class BlockKernelModel:
     def variant(self, **changes: object) -> BlockKernelModel:
         """This model with some choices changed, named ``<base>/<field>=<value>/...`` by every choice that
         differs from the base model's (the base's own name when none does)."""
-        unknown = set(changes) - set(_CHOICES)
-        if unknown:
-            raise TypeError(f"not a block kernel choice: {sorted(unknown)}")
-        base = BLOCK_MODELS[self.base]
-        changed = dataclasses.replace(self, **changes)  # type: ignore[arg-type]
-        flips = [f for f in _CHOICES if getattr(changed, f) != getattr(base, f)]
-        name = "/".join([base.name, *(f"{f.replace('_', '-')}={getattr(changed, f)}" for f in flips)])
-        return dataclasses.replace(changed, name=name)
+        return named_variant(self, BLOCK_MODELS[self.base], _CHOICES, changes, "block kernel")
 
 
 # [Note: DeepGEMM's sm_90 FP8 GEMM] deepseek-ai/DeepGEMM, the normal (non-grouped) GEMM with 1 x 128 and

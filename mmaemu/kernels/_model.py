@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from dataclasses import dataclass
+from typing import TypeVar
 
 from .._enums import TextEnum
 from ..errors import UnknownNameError
@@ -103,6 +104,25 @@ class Schedule(TextEnum):
 _CHOICES = ("order", "fusion", "zero_bias", "accumulation", "promotion", "schedule")
 
 
+_Model = TypeVar("_Model")
+
+
+def named_variant(model: _Model, base: _Model, choices: tuple[str, ...], changes: dict[str, object], what: str) -> _Model:
+    """``model`` (a frozen dataclass with a ``name``) with some ``choices`` changed, named
+    ``<base>/<field>=<value>/...`` by every choice that differs from ``base``'s (``base``'s own name when none does).
+
+    Raises:
+        TypeError: a change that is not one of ``choices`` (``what`` names the kind of model).
+    """
+    unknown = set(changes) - set(choices)
+    if unknown:
+        raise TypeError(f"not a {what} choice: {sorted(unknown)}")
+    changed = dataclasses.replace(model, **changes)  # type: ignore[type-var]
+    flips = [f for f in choices if getattr(changed, f) != getattr(base, f)]
+    name = "/".join([getattr(base, "name"), *(f"{f.replace('_', '-')}={getattr(changed, f)}" for f in flips)])
+    return dataclasses.replace(changed, name=name)  # type: ignore[type-var]
+
+
 @dataclass(frozen=True)
 class KernelModel:
     """One kernel's arithmetic, every choice named.
@@ -151,14 +171,7 @@ class KernelModel:
     def variant(self, **changes: object) -> KernelModel:
         """This model with some choices changed, named ``<base>/<field>=<value>/...`` by every choice that differs
         from the base model's (the base's own name when none does)."""
-        unknown = set(changes) - set(_CHOICES)
-        if unknown:
-            raise TypeError(f"not a kernel choice: {sorted(unknown)}")
-        base = _BASES[self.base]
-        changed = dataclasses.replace(self, **changes)  # type: ignore[arg-type]
-        flips = [f for f in _CHOICES if getattr(changed, f) != getattr(base, f)]
-        name = "/".join([base.name, *(f"{f.replace('_', '-')}={getattr(changed, f)}" for f in flips)])
-        return dataclasses.replace(changed, name=name)
+        return named_variant(self, _BASES[self.base], _CHOICES, changes, "kernel")
 
 
 # [Note: the sm_90 row-wise kernel] torch 2.7.1's ``_scaled_mm`` sends row-wise scales (scale_a [M, 1],
