@@ -65,7 +65,7 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled
     from numba.core import cgutils
     from numba.extending import intrinsic
 
-    from ._cpu_fp8 import PANEL, ZERO8, tile_chain
+    from ._cpu_fp8 import PANEL, ZERO8, flat_inputs, tile_chain
 
     v: Any = _cpu_simd  # the vector intrinsics (typed Any: numba, not mypy, checks their calls)
 
@@ -116,12 +116,7 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled
         n_cols = out.shape[0] if transposed else out.shape[1]
         n_panels, k_all = ebp.shape[0], ebp.shape[1]
         keep = np.int32(~((1 << (23 - frac)) - 1))
-        ca_f = ca.reshape(-1)
-        values = tables[0].view(np.float32)
-        words = tables[5]
-        e_at = tables[6]
-        bv_f = bv.reshape(-1)
-        eb_f = ebp.reshape(-1)
+        ca_f, values, words, e_at, bv_f, eb_f = flat_inputs(ca, tables, bv, ebp)
         for t in prange(((m_rows + m_tile - 1) // m_tile) * n_panels):
             m0 = (t // n_panels) * m_tile
             mm = min(m_tile, m_rows - m0)

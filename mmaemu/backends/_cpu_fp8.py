@@ -71,6 +71,7 @@ __all__ = [
     "kernel",
     "panels",
     "tile_chain",
+    "flat_inputs",
 ]
 
 #: The largest block: the count of a block's negative terms below the grid is an int8 lane.
@@ -296,6 +297,12 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled
         return n, x0, x1, x2, x3
 
     @njit(inline="always")
+    def flat_inputs(ca: np.ndarray, tables: np.ndarray, bv: np.ndarray, ebp: np.ndarray) -> Any:
+        """The kernels' inputs as the flat views :func:`tile_chain` reads: the row side's codes, the fp32 value
+        table, the decode words, the exponent table, the panels' values and their exponents."""
+        return ca.reshape(-1), tables[0].view(np.float32), tables[5], tables[6], bv.reshape(-1), ebp.reshape(-1)
+
+    @njit(inline="always")
     def tile_chain(c: np.ndarray, ca_f: np.ndarray, values: np.ndarray, words: np.ndarray, e_at: np.ndarray,
                    bc: np.ndarray, bv_f: np.ndarray, eb_f: np.ndarray, blk_start: np.ndarray, blk_stop: np.ndarray,
                    first_blk: int, stop_blk: int, m0: int, mm: int, k_row: int, panel: int, k_all: int, frac: int,
@@ -357,12 +364,7 @@ if _HAVE_NUMBA:  # pragma: no cover - compiled
         n_panels, k_all = ebp.shape[0], ebp.shape[1]
         m_tiles = (m_rows + m_tile - 1) // m_tile
         keep = np.int32(~((1 << (23 - frac)) - 1))  # F fraction bits of an fp32 significand
-        ca_f = ca.reshape(-1)
-        values = tables[0].view(np.float32)
-        words = tables[5]
-        e_at = tables[6]
-        bv_f = bv.reshape(-1)
-        eb_f = ebp.reshape(-1)
+        ca_f, values, words, e_at, bv_f, eb_f = flat_inputs(ca, tables, bv, ebp)
         for t in prange(m_tiles * n_panels):
             m0 = (t // n_panels) * m_tile
             mm = min(m_tile, m_rows - m0)
